@@ -1,0 +1,407 @@
+#pragma once
+/// \file
+/// `token_budget_sampler`: global batches filled to a token budget (DESIGN section 3, "Global
+/// batches"), shuffled from a seed, identical on every rank, exactly once per epoch, resumable.
+///
+/// Epoch e visits the dataset in the order of a permutation drawn by Fisher-Yates from
+/// `derive_seed(seed, e)` (dcp's own PRNG, so every standard library agrees). Batches are
+/// consecutive runs of that permutation: a batch takes sequences while its token total stays
+/// within the budget; it always holds at least one sequence, so a sequence over the budget forms
+/// a batch of its own; the last, partial batch of an epoch is kept. No sequence is lost or
+/// repeated within an epoch.
+///
+/// ```
+/// dcp::analytic_cost cost{...};
+/// dcp::token_budget_sampler s(dcp::workloads::make("opensora-zipf10"), dcp::default_global_batch_tokens(32),
+///                             /*seed=*/0, [&](const dcp::sequence& q) { return cost.tokens_of(q); });
+/// dcp::global_batch b = s.next();
+/// s.save(checkpoint);  // ... later, in another process:  s.load(checkpoint);
+/// ```
+
+#include <algorithm>
+#include <charconv>
+#include <concepts>
+#include <cstdint>
+#include <istream>
+#include <iterator>
+#include <map>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <dcp/error.hpp>
+#include <dcp/sample/random.hpp>
+#include <dcp/sample/sample_concepts.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// Tokens per GPU of the default global batch (`--global-batch-tokens` = 262144 * N).
+inline constexpr std::int64_t default_tokens_per_gpu = 262144;
+/// The default global batch budget for `gpus` GPUs: 262144 * N tokens.
+constexpr std::int64_t default_global_batch_tokens(int gpus) noexcept { return default_tokens_per_gpu * gpus; }
+
+/// The default token count of a sequence: its shape alone, T * S. The planner passes
+/// `cost.tokens_of(seq)` instead, which adds a model's text tokens.
+struct shape_token_count {
+  constexpr std::int64_t operator()(const sequence& s) const noexcept { return s.shape_tokens(); }
+  friend constexpr bool operator==(shape_token_count, shape_token_count) = default;
+  friend std::ostream& operator<<(std::ostream& os, shape_token_count) { return os << "shape_token_count{}"; }
+};
+
+namespace detail {
+
+// A flat JSON object of string and integer values, enough for the sampler state and strict
+// about everything else, so that a corrupt checkpoint is reported instead of half-read.
+struct flat_json_reader {
+  std::string_view text;
+  std::string_view source;
+  std::size_t pos = 0;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error(errc::parse_error, std::string(source) + ": offset " + std::to_string(pos) + ": " + what);
+  }
+  void skip_ws() {
+    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\t' || text[pos] == '\n' || text[pos] == '\r'))
+      ++pos;
+  }
+  void expect(char c) {
+    skip_ws();
+    if (pos >= text.size() || text[pos] != c)
+      fail(std::string("expected '") + c + "' but found " +
+           (pos >= text.size() ? std::string("the end of the input") : "'" + std::string(1, text[pos]) + "'"));
+    ++pos;
+  }
+  std::string string_value() {
+    expect('"');
+    std::string s;
+    while (pos < text.size() && text[pos] != '"') {
+      if (text[pos] == '\\') {
+        if (++pos >= text.size()) break;
+        const char e = text[pos];
+        if (e != '"' && e != '\\' && e != '/') fail(std::string("unsupported escape '\\") + e + "' in a string");
+      }
+      s += text[pos++];
+    }
+    if (pos >= text.size()) fail("unterminated string");
+    ++pos;
+    return s;
+  }
+  // Returns the raw token of a value: a string's content, or an integer's digits (with sign).
+  std::pair<std::string, bool> value() {  // {token, is_string}
+    skip_ws();
+    if (pos < text.size() && text[pos] == '"') return {string_value(), true};
+    const std::size_t start = pos;
+    if (pos < text.size() && text[pos] == '-') ++pos;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
+    if (pos == start || (pos == start + 1 && text[start] == '-'))
+      fail("expected a string or an integer value");
+    if (pos < text.size() && (text[pos] == '.' || text[pos] == 'e' || text[pos] == 'E'))
+      fail("expected an integer but found a fractional or exponent number");
+    return {std::string(text.substr(start, pos - start)), false};
+  }
+  std::map<std::string, std::pair<std::string, bool>> object() {
+    std::map<std::string, std::pair<std::string, bool>> out;
+    expect('{');
+    skip_ws();
+    if (pos < text.size() && text[pos] == '}') {
+      ++pos;
+    } else {
+      for (;;) {
+        skip_ws();
+        std::string key = string_value();
+        expect(':');
+        auto v = value();
+        if (!out.emplace(key, std::move(v)).second) fail("duplicate key \"" + key + "\"");
+        skip_ws();
+        if (pos < text.size() && text[pos] == ',') {
+          ++pos;
+          continue;
+        }
+        expect('}');
+        break;
+      }
+    }
+    skip_ws();
+    if (pos != text.size()) fail("unexpected text after the closing '}'");
+    return out;
+  }
+};
+
+template <class Int>
+Int parse_json_integer(const std::map<std::string, std::pair<std::string, bool>>& obj, const std::string& key,
+                       std::string_view source) {
+  const auto it = obj.find(key);
+  check(it != obj.end(), errc::parse_error,
+        [&] { return std::string(source) + ": missing key \"" + key + "\" in the sampler state"; });
+  const auto& [tok, is_string] = it->second;
+  Int v{};
+  const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+  check(!is_string && ec == std::errc{} && end == tok.data() + tok.size(), errc::parse_error, [&] {
+    return std::string(source) + ": key \"" + key + "\" must be an integer in range but is " +
+           (is_string ? "the string \"" + tok + "\"" : tok);
+  });
+  return v;
+}
+
+}  // namespace detail
+
+/// Turns a dataset into global batches of at most `budget` tokens each (a lone sequence may
+/// exceed it). A copyable value that compares equal to another with the same dataset, token
+/// counts, budget and state; copying forks the stream.
+class token_budget_sampler {
+ public:
+  using policy_concept = sampler_tag;
+  using state_type = sampler_state;
+
+  /// Format tag of `save` / `load`.
+  static constexpr std::string_view format = "dcp.sampler_state/v1";
+
+  /// Samples `data` with batches of at most `budget` tokens, counted once per sequence by `count`
+  /// (default: T * S), shuffled from `seed`. Throws `dcp::error(errc::invalid_argument)` for an
+  /// empty dataset, a budget <= 0, an invalid sequence, a duplicate id, or a count <= 0.
+  template <class CountTokens = shape_token_count>
+    requires std::invocable<const CountTokens&, const sequence&> &&
+             std::convertible_to<std::invoke_result_t<const CountTokens&, const sequence&>, std::int64_t>
+  token_budget_sampler(dataset data, std::int64_t budget, std::uint64_t seed = 0, const CountTokens& count = {})
+      : data_(std::move(data)), budget_(budget), state_{seed, 0, 0} {
+    check(!data_.empty(), errc::invalid_argument,
+          [] { return std::string("token_budget_sampler: the dataset is empty; give it at least one sequence"); });
+    check(budget_ > 0, errc::invalid_argument, [&] {
+      return "token_budget_sampler: budget = " + std::to_string(budget_) +
+             " tokens must be positive (default: 262144 * GPUs)";
+    });
+    tokens_.reserve(data_.size());
+    for (const auto& s : data_) {
+      validate(s);
+      const std::int64_t n = static_cast<std::int64_t>(count(s));
+      check(n > 0, errc::invalid_argument, [&] {
+        return "token_budget_sampler: sequence " + std::to_string(s.id) + " counts " + std::to_string(n) +
+               " tokens; the token count must be positive";
+      });
+      tokens_.push_back(n);
+    }
+    check_unique_ids();
+  }
+
+  /// The next global batch; after the last batch of an epoch comes the first of the next.
+  global_batch next() {
+    const auto& perm = permutation_cached(state_.epoch);
+    const std::int64_t end = batch_end(perm, state_.position);
+    global_batch b{state_.epoch, index_, {}};
+    b.sequences.reserve(static_cast<std::size_t>(end - state_.position));
+    for (std::int64_t p = state_.position; p < end; ++p) b.sequences.push_back(data_[at(perm, p)]);
+    state_.position = end;
+    ++index_;
+    if (end == size()) {
+      ++state_.epoch;
+      state_.position = 0;
+      index_ = 0;
+    }
+    return b;
+  }
+
+  /// Where the sampler stands; `restore(state())` is a no-op. The position is always the start of
+  /// a batch, and the state after an epoch's last batch is {seed, epoch + 1, 0}.
+  sampler_state state() const noexcept { return state_; }
+
+  /// Resumes at `st`, which must come from `state()` of a sampler over the same dataset, token
+  /// counts and budget. Throws `dcp::error(errc::invalid_argument)` for a negative epoch, a position
+  /// outside [0, size()], or a position that is not the start of a batch of that epoch (the mark
+  /// of a state saved with another dataset or budget). A position equal to size() means
+  /// {epoch + 1, 0}. On error the sampler is unchanged.
+  void restore(const sampler_state& st) {
+    check(st.epoch >= 0, errc::invalid_argument,
+          [&] { return "token_budget_sampler::restore: epoch " + std::to_string(st.epoch) + " is negative"; });
+    check(st.position >= 0 && st.position <= size(), errc::invalid_argument, [&] {
+      return "token_budget_sampler::restore: position " + std::to_string(st.position) + " is outside [0, " +
+             std::to_string(size()) + "], the sequences of an epoch; was the state saved for another dataset?";
+    });
+    sampler_state target = st;
+    if (target.position == size()) target = {st.seed, st.epoch + 1, 0};
+    auto perm = permutation(target.seed, target.epoch);
+    std::int64_t p = 0, index = 0;
+    while (p < target.position) {
+      p = batch_end(perm, p);
+      ++index;
+    }
+    check(p == target.position, errc::invalid_argument, [&] {
+      return "token_budget_sampler::restore: position " + std::to_string(target.position) + " of epoch " +
+             std::to_string(target.epoch) +
+             " is not the start of a batch; the state was saved with another dataset, token count or budget";
+    });
+    state_ = target;
+    index_ = index;
+    if (cached_epoch_ != target.epoch || cached_seed_ != target.seed) {
+      perm_ = std::move(perm);
+      cached_epoch_ = target.epoch;
+      cached_seed_ = target.seed;
+    }
+  }
+
+  /// Sequences per epoch.
+  std::int64_t size() const noexcept { return static_cast<std::int64_t>(data_.size()); }
+  /// The token budget of a batch.
+  std::int64_t budget() const noexcept { return budget_; }
+  /// The dataset, in its given order.
+  const dataset& data() const noexcept { return data_; }
+  /// Token count of `data()[i]`, as the counter gave it.
+  std::int64_t tokens(std::size_t i) const { return tokens_.at(i); }
+  /// Index of the batch `next()` returns, within its epoch.
+  std::int64_t batch_index() const noexcept { return index_; }
+
+  /// Epoch `epoch`'s visiting order under this sampler's seed, as indices into `data()`.
+  std::vector<std::int64_t> permutation(std::int64_t epoch) const { return permutation(state_.seed, epoch); }
+
+  /// Number of batches of epoch `epoch` (it depends on the epoch's order).
+  std::int64_t batches_in_epoch(std::int64_t epoch) const {
+    check(epoch >= 0, errc::invalid_argument,
+          [&] { return "token_budget_sampler: epoch " + std::to_string(epoch) + " is negative"; });
+    const auto perm = permutation(epoch);
+    std::int64_t count = 0;
+    for (std::int64_t p = 0; p < size(); p = batch_end(perm, p)) ++count;
+    return count;
+  }
+
+  /// A 64-bit digest of the dataset (ids, shapes), the token counts and the budget: `load`
+  /// refuses a state saved by a sampler with another fingerprint.
+  std::uint64_t fingerprint() const noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    const auto mix = [&h](std::uint64_t v) {
+      std::uint64_t x = h ^ v;
+      h = splitmix64(x);
+    };
+    mix(static_cast<std::uint64_t>(budget_));
+    mix(static_cast<std::uint64_t>(size()));
+    for (std::size_t i = 0; i < data_.size(); ++i) {
+      mix(static_cast<std::uint64_t>(data_[i].id));
+      mix(static_cast<std::uint64_t>(data_[i].frames));
+      mix(static_cast<std::uint64_t>(data_[i].spatial));
+      mix(static_cast<std::uint64_t>(tokens_[i]));
+    }
+    return h;
+  }
+
+  /// Writes the state as one JSON object tagged `"format": "dcp.sampler_state/v1"`, with the
+  /// dataset size, budget and fingerprint so that `load` can refuse a mismatched sampler.
+  void save(std::ostream& out) const {
+    char fp[17];
+    const auto r = std::to_chars(fp, fp + 16, fingerprint(), 16);
+    const std::string hex(fp, r.ptr);
+    out << "{\"format\": \"" << format << "\", \"seed\": " << state_.seed << ", \"epoch\": " << state_.epoch
+        << ", \"position\": " << state_.position << ", \"sequences\": " << size() << ", \"budget\": " << budget_
+        << ", \"fingerprint\": \"" << std::string(16 - hex.size(), '0') << hex << "\"}\n";
+    out.flush();
+    check(static_cast<bool>(out), errc::io_error, [] { return std::string("writing the sampler state failed"); });
+  }
+
+  /// Reads what `save` wrote and resumes there. Throws `dcp::error` with `errc::parse_error` for
+  /// malformed input or another format tag, `errc::mismatch` when the state belongs to a sampler
+  /// with another dataset size, budget or fingerprint, and what `restore` throws. On error the
+  /// sampler is unchanged.
+  void load(std::istream& in, std::string_view source_name = "sampler state") {
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    check(!in.bad(), errc::io_error, [&] { return std::string(source_name) + ": read failed"; });
+    detail::flat_json_reader reader{text, source_name};
+    const auto obj = reader.object();
+    const auto f = obj.find("format");
+    check(f != obj.end() && f->second.second && f->second.first == format, errc::parse_error, [&] {
+      return std::string(source_name) + ": expected \"format\": \"" + std::string(format) + "\" but found " +
+             (f == obj.end() ? std::string("no format tag") : "\"" + f->second.first + "\"");
+    });
+    const sampler_state st{detail::parse_json_integer<std::uint64_t>(obj, "seed", source_name),
+                           detail::parse_json_integer<std::int64_t>(obj, "epoch", source_name),
+                           detail::parse_json_integer<std::int64_t>(obj, "position", source_name)};
+    const auto n = detail::parse_json_integer<std::int64_t>(obj, "sequences", source_name);
+    const auto budget = detail::parse_json_integer<std::int64_t>(obj, "budget", source_name);
+    check(n == size() && budget == budget_, errc::mismatch, [&] {
+      return std::string(source_name) + ": the state was saved for " + std::to_string(n) + " sequences and budget " +
+             std::to_string(budget) + ", but this sampler has " + std::to_string(size()) + " sequences and budget " +
+             std::to_string(budget_) + "; resume with the same dataset and --global-batch-tokens";
+    });
+    const auto fp = obj.find("fingerprint");
+    check(fp != obj.end() && fp->second.second, errc::parse_error,
+          [&] { return std::string(source_name) + ": missing string key \"fingerprint\" in the sampler state"; });
+    std::uint64_t saved = 0;
+    const std::string& hex = fp->second.first;
+    const auto r = std::from_chars(hex.data(), hex.data() + hex.size(), saved, 16);
+    check(r.ec == std::errc{} && r.ptr == hex.data() + hex.size(), errc::parse_error,
+          [&] { return std::string(source_name) + ": fingerprint \"" + hex + "\" is not a 64-bit hex number"; });
+    check(saved == fingerprint(), errc::mismatch, [&] {
+      return std::string(source_name) +
+             ": the state was saved for another dataset or token count (fingerprint differs); resume with the "
+             "same workload, seed of the workload and model";
+    });
+    restore(st);
+  }
+
+  friend bool operator==(const token_budget_sampler& a, const token_budget_sampler& b) {
+    return a.budget_ == b.budget_ && a.state_ == b.state_ && a.data_ == b.data_ && a.tokens_ == b.tokens_;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const token_budget_sampler& s) {
+    return os << "token_budget_sampler{sequences=" << s.size() << ", budget=" << s.budget_ << ", " << s.state_
+              << ", batch=" << s.index_ << "}";
+  }
+
+ private:
+  static std::size_t at(const std::vector<std::int64_t>& perm, std::int64_t p) {
+    return static_cast<std::size_t>(perm[static_cast<std::size_t>(p)]);
+  }
+
+  std::vector<std::int64_t> permutation(std::uint64_t seed, std::int64_t epoch) const {
+    return random_permutation(size(), derive_seed(seed, static_cast<std::uint64_t>(epoch)));
+  }
+
+  const std::vector<std::int64_t>& permutation_cached(std::int64_t epoch) {
+    if (cached_epoch_ != epoch || cached_seed_ != state_.seed) {
+      perm_ = permutation(state_.seed, epoch);
+      cached_epoch_ = epoch;
+      cached_seed_ = state_.seed;
+    }
+    return perm_;
+  }
+
+  // End (exclusive) of the batch starting at permutation index `p` (< size()).
+  std::int64_t batch_end(const std::vector<std::int64_t>& perm, std::int64_t p) const {
+    std::int64_t total = tokens_[at(perm, p)];
+    ++p;
+    // `total <= budget_` here except for a lone oversized sequence; compare by subtraction so a
+    // budget near INT64_MAX cannot overflow the sum.
+    while (p < size() && total <= budget_ && tokens_[at(perm, p)] <= budget_ - total) {
+      total += tokens_[at(perm, p)];
+      ++p;
+    }
+    return p;
+  }
+
+  void check_unique_ids() const {
+    std::vector<std::pair<std::int64_t, std::size_t>> ids;
+    ids.reserve(data_.size());
+    for (std::size_t i = 0; i < data_.size(); ++i) ids.emplace_back(data_[i].id, i);
+    std::sort(ids.begin(), ids.end());
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      check(ids[i].first != ids[i - 1].first, errc::invalid_argument, [&] {
+        return "token_budget_sampler: id " + std::to_string(ids[i].first) + " appears at positions " +
+               std::to_string(ids[i - 1].second) + " and " + std::to_string(ids[i].second) +
+               " of the dataset; sequence ids must be unique";
+      });
+  }
+
+  dataset data_;
+  std::vector<std::int64_t> tokens_;  // tokens_[i]: count of data_[i]
+  std::int64_t budget_ = 0;
+  sampler_state state_;
+  std::int64_t index_ = 0;  // batch index of state_.position within its epoch
+  // Cache of the current epoch's permutation (not part of the value).
+  std::int64_t cached_epoch_ = -1;
+  std::uint64_t cached_seed_ = 0;
+  std::vector<std::int64_t> perm_;
+};
+
+static_assert(sampler<token_budget_sampler>);
+
+}  // namespace dcp
