@@ -138,10 +138,11 @@ Int parse_json_integer(const std::map<std::string, std::pair<std::string, bool>>
   const auto it = obj.find(key);
   check(it != obj.end(), errc::parse_error,
         [&] { return std::string(source) + ": missing key \"" + key + "\" in the sampler state"; });
-  const auto& [tok, is_string] = it->second;
+  const std::string& tok = it->second.first;
+  const bool is_string = it->second.second;
   Int v{};
-  const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-  check(!is_string && ec == std::errc{} && end == tok.data() + tok.size(), errc::parse_error, [&] {
+  const auto r = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+  check(!is_string && r.ec == std::errc{} && r.ptr == tok.data() + tok.size(), errc::parse_error, [&] {
     return std::string(source) + ": key \"" + key + "\" must be an integer in range but is " +
            (is_string ? "the string \"" + tok + "\"" : tok);
   });
