@@ -37,6 +37,7 @@
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/detail/collective_check.hpp>
 #include <dcp/error.hpp>
 
 namespace dcp {
@@ -44,47 +45,11 @@ namespace dcp {
 class local_comm;
 
 namespace detail {
-
-enum class local_op : int { barrier, split, all_to_all, all_to_all_v, all_gather, all_reduce, broadcast };
-
-inline const char* to_string(local_op k) noexcept {
-  switch (k) {
-    case local_op::barrier: return "barrier";
-    case local_op::split: return "split";
-    case local_op::all_to_all: return "all_to_all";
-    case local_op::all_to_all_v: return "all_to_all_v";
-    case local_op::all_gather: return "all_gather";
-    case local_op::all_reduce: return "all_reduce";
-    case local_op::broadcast: return "broadcast";
-  }
-  return "?";
-}
-
-// Identifies arithmetic element types so all_reduce can refuse mixed types across ranks.
-template <class T>
-constexpr int type_code() noexcept {
-  if constexpr (std::is_floating_point_v<T>) return 1000 + int(sizeof(T));
-  else if constexpr (std::is_signed_v<T>) return 2000 + int(sizeof(T));
-  else if constexpr (std::is_unsigned_v<T>) return 3000 + int(sizeof(T));
-  else return 0;
-}
-
-/// What one rank contributes to a collective.
+/// What one rank contributes to a collective: its call and its send buffer.
 struct local_post {
-  local_op kind = local_op::barrier;
+  call_meta meta;
   const std::byte* send = nullptr;
-  std::size_t send_count = 0;  // elements
-  std::size_t recv_count = 0;  // elements
-  std::size_t elem_size = 0;
-  int type = 0;                // type_code, all_reduce only
-  const std::size_t* send_counts = nullptr;  // all_to_all_v, size() entries
-  const std::size_t* recv_counts = nullptr;
-  std::size_t send_counts_size = 0;
-  std::size_t recv_counts_size = 0;
-  int root = 0;                // broadcast root / split color / reduce op
-  int key = 0;                 // split key
 };
-
 }  // namespace detail
 
 /// Shared state of one local communicator (the world, or one group of a split). Private to
@@ -187,56 +152,33 @@ class local_comm {
   // ---- collectives ------------------------------------------------------------------------------
 
   void barrier() {
-    detail::local_post p;
-    p.kind = detail::local_op::barrier;
-    arrive(p, "barrier", deadline());
+    const auto dl = deadline();
+    arrive(post(detail::meta_of<std::byte>(detail::coll_kind::barrier, 0, 0)), dl);
+    check_all();
   }
 
   /// Collective. See `communicator`. Children inherit the timeout.
   local_comm split(int color, int key) {
-    require_valid("split");
-    detail::local_post p;
-    p.kind = detail::local_op::split;
-    p.root = color;
-    p.key = key;
-    arrive(p, "split", deadline(), [this] { complete_split(); });
-    const auto& s = hub_->snapshot_;
-    check_same_kind(s, "split");
-    for (int r = 0; r < size(); ++r)
-      check(s[r].root < size(), errc::invalid_argument, [&] {
-        return "split: rank " + std::to_string(r) + " passed color " + std::to_string(s[r].root) +
-               ", out of range [0, " + std::to_string(size()) +
-               "); use at most size() groups, or a negative color (dcp::no_color) to join none";
-      });
+    auto m = detail::meta_of<std::byte>(detail::coll_kind::split, 0, 0);
+    m.root = color;
+    m.key = key;
+    arrive(post(m), deadline(), [this] { complete_split(); });
+    check_all();
     std::shared_ptr<local_hub> child;
     {
       std::lock_guard lk(hub_->m_);
       child = hub_->split_result_[size_t(rank_)];
     }
     if (color < 0) return local_comm();
-    const int new_rank = child_rank(s, color, key);
-    return local_comm(std::move(child), new_rank, timeout_);
+    return local_comm(std::move(child), child_rank(color, key), timeout_);
   }
 
   template <transferable T>
   void all_to_all(std::span<const T> send, std::span<T> recv) {
-    detail::local_post p = post_of<T>(detail::local_op::all_to_all, send, recv.size());
     const auto dl = deadline();
-    arrive(p, "all_to_all", dl);
-    const auto& s = hub_->snapshot_;
-    check_common(s, "all_to_all");
+    arrive(post(detail::meta_of<T>(detail::coll_kind::all_to_all, send.size(), recv.size()), send.data()), dl);
+    const auto& s = check_all();
     const int n = size();
-    for (int r = 0; r < n; ++r) {
-      check(s[r].send_count == s[r].recv_count && s[r].send_count % size_t(n) == 0, errc::invalid_argument, [&] {
-        return "all_to_all: rank " + std::to_string(r) + " passed send of " + std::to_string(s[r].send_count) +
-               " elements and recv of " + std::to_string(s[r].recv_count) +
-               "; both must be equal and a multiple of size() = " + std::to_string(n);
-      });
-      check(s[r].send_count == s[0].send_count, errc::invalid_argument, [&] {
-        return "all_to_all: rank 0 sends " + std::to_string(s[0].send_count) + " elements but rank " +
-               std::to_string(r) + " sends " + std::to_string(s[r].send_count) + "; all ranks must pass the same size";
-      });
-    }
     const size_t chunk = send.size() / size_t(n) * sizeof(T);
     auto* out = reinterpret_cast<std::byte*>(recv.data());
     for (int i = 0; i < n; ++i) copy_bytes(out + size_t(i) * chunk, s[i].send + size_t(rank_) * chunk, chunk);
@@ -246,42 +188,19 @@ class local_comm {
   template <transferable T>
   void all_to_all_v(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
                     std::span<const std::size_t> recv_counts) {
-    detail::local_post p = post_of<T>(detail::local_op::all_to_all_v, send, recv.size());
-    p.send_counts = send_counts.data();
-    p.send_counts_size = send_counts.size();
-    p.recv_counts = recv_counts.data();
-    p.recv_counts_size = recv_counts.size();
+    auto m = detail::meta_of<T>(detail::coll_kind::all_to_all_v, send.size(), recv.size());
+    m.send_counts = send_counts.data();
+    m.send_counts_size = send_counts.size();
+    m.recv_counts = recv_counts.data();
+    m.recv_counts_size = recv_counts.size();
     const auto dl = deadline();
-    arrive(p, "all_to_all_v", dl);
-    const auto& s = hub_->snapshot_;
-    check_common(s, "all_to_all_v");
-    const int n = size();
-    for (int r = 0; r < n; ++r) {
-      check(s[r].send_counts_size == size_t(n) && s[r].recv_counts_size == size_t(n), errc::invalid_argument, [&] {
-        return "all_to_all_v: rank " + std::to_string(r) + " passed " + std::to_string(s[r].send_counts_size) +
-               " send counts and " + std::to_string(s[r].recv_counts_size) +
-               " recv counts; both must have size() = " + std::to_string(n) + " entries";
-      });
-      const size_t ss = std::accumulate(s[r].send_counts, s[r].send_counts + n, size_t{0});
-      const size_t rs = std::accumulate(s[r].recv_counts, s[r].recv_counts + n, size_t{0});
-      check(ss == s[r].send_count && rs == s[r].recv_count, errc::invalid_argument, [&] {
-        return "all_to_all_v: rank " + std::to_string(r) + " passed send of " + std::to_string(s[r].send_count) +
-               " elements with counts summing to " + std::to_string(ss) + ", recv of " +
-               std::to_string(s[r].recv_count) + " with counts summing to " + std::to_string(rs) +
-               "; each buffer must hold exactly the sum of its counts";
-      });
-    }
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j)
-        check(s[i].send_counts[j] == s[j].recv_counts[i], errc::invalid_argument, [&] {
-          return "all_to_all_v: rank " + std::to_string(i) + " sends " + std::to_string(s[i].send_counts[j]) +
-                 " elements to rank " + std::to_string(j) + ", which expects " + std::to_string(s[j].recv_counts[i]) +
-                 "; send_counts[j] on rank i must equal recv_counts[i] on rank j";
-        });
+    arrive(post(m, send.data()), dl);
+    const auto& s = check_all();
     auto* out = reinterpret_cast<std::byte*>(recv.data());
-    for (int i = 0; i < n; ++i) {
-      const size_t off = std::accumulate(s[i].send_counts, s[i].send_counts + rank_, size_t{0}) * sizeof(T);
-      const size_t len = s[i].send_counts[rank_] * sizeof(T);
+    for (int i = 0; i < size(); ++i) {
+      const auto* counts = s[i].meta.send_counts;
+      const size_t off = std::accumulate(counts, counts + rank_, size_t{0}) * sizeof(T);
+      const size_t len = counts[rank_] * sizeof(T);
       copy_bytes(out, s[i].send + off, len);
       out += len;
     }
@@ -290,54 +209,27 @@ class local_comm {
 
   template <transferable T>
   void all_gather(std::span<const T> send, std::span<T> recv) {
-    detail::local_post p = post_of<T>(detail::local_op::all_gather, send, recv.size());
     const auto dl = deadline();
-    arrive(p, "all_gather", dl);
-    const auto& s = hub_->snapshot_;
-    check_common(s, "all_gather");
-    const int n = size();
-    for (int r = 0; r < n; ++r) {
-      check(s[r].recv_count == s[r].send_count * size_t(n), errc::invalid_argument, [&] {
-        return "all_gather: rank " + std::to_string(r) + " passed send of " + std::to_string(s[r].send_count) +
-               " elements and recv of " + std::to_string(s[r].recv_count) + "; recv must hold size() * send = " +
-               std::to_string(s[r].send_count * size_t(n));
-      });
-      check(s[r].send_count == s[0].send_count, errc::invalid_argument, [&] {
-        return "all_gather: rank 0 sends " + std::to_string(s[0].send_count) + " elements but rank " +
-               std::to_string(r) + " sends " + std::to_string(s[r].send_count) + "; all ranks must pass the same size";
-      });
-    }
+    arrive(post(detail::meta_of<T>(detail::coll_kind::all_gather, send.size(), recv.size()), send.data()), dl);
+    const auto& s = check_all();
     const size_t len = send.size() * sizeof(T);
     auto* out = reinterpret_cast<std::byte*>(recv.data());
-    for (int i = 0; i < n; ++i) copy_bytes(out + size_t(i) * len, s[i].send, len);
+    for (int i = 0; i < size(); ++i) copy_bytes(out + size_t(i) * len, s[i].send, len);
     arrive_done("all_gather", dl);
   }
 
-  /// Out of place; every rank gets the same result (combined in rank order).
+  /// Out of place; every rank gets the same result, combined in rank order.
   template <reducible T>
   void all_reduce(std::span<const T> send, std::span<T> recv, reduce_op op) {
-    detail::local_post p = post_of<T>(detail::local_op::all_reduce, send, recv.size());
-    p.type = detail::type_code<T>();
-    p.root = int(op);
+    auto m = detail::meta_of<T>(detail::coll_kind::all_reduce, send.size(), recv.size());
+    m.type = detail::type_code<T>();
+    m.root = int(op);
     const auto dl = deadline();
-    arrive(p, "all_reduce", dl);
-    const auto& s = hub_->snapshot_;
-    check_common(s, "all_reduce");
-    const int n = size();
-    for (int r = 0; r < n; ++r) {
-      check(s[r].send_count == s[r].recv_count && s[r].send_count == s[0].send_count, errc::invalid_argument, [&] {
-        return "all_reduce: rank " + std::to_string(r) + " passed send of " + std::to_string(s[r].send_count) +
-               " elements and recv of " + std::to_string(s[r].recv_count) + ", rank 0 send of " +
-               std::to_string(s[0].send_count) + "; all must be equal";
-      });
-      check(s[r].type == s[0].type && s[r].root == s[0].root, errc::invalid_argument, [&] {
-        return "all_reduce: rank " + std::to_string(r) + " uses another element type or reduction (" +
-               to_string(reduce_op(s[r].root)) + ") than rank 0 (" + to_string(reduce_op(s[0].root)) + ")";
-      });
-    }
+    arrive(post(m, send.data()), dl);
+    const auto& s = check_all();
     for (size_t k = 0; k < recv.size(); ++k) {
       T acc = element<T>(s[0].send, k);
-      for (int i = 1; i < n; ++i) {
+      for (int i = 1; i < size(); ++i) {
         const T v = element<T>(s[i].send, k);
         acc = op == reduce_op::sum ? T(acc + v) : std::max(acc, v);
       }
@@ -355,25 +247,12 @@ class local_comm {
 
   template <transferable T>
   void broadcast(std::span<T> data, int root) {
-    detail::local_post p = post_of<T>(detail::local_op::broadcast, std::span<const T>(data), data.size());
-    p.root = root;
+    auto m = detail::meta_of<T>(detail::coll_kind::broadcast, data.size(), data.size());
+    m.root = root;
     const auto dl = deadline();
-    arrive(p, "broadcast", dl);
-    const auto& s = hub_->snapshot_;
-    check_common(s, "broadcast");
-    const int n = size();
-    for (int r = 0; r < n; ++r) {
-      check(s[r].root == s[0].root && s[0].root >= 0 && s[0].root < n, errc::invalid_argument, [&] {
-        return "broadcast: rank " + std::to_string(r) + " passed root " + std::to_string(s[r].root) + ", rank 0 root " +
-               std::to_string(s[0].root) + "; all ranks must pass the same root in [0, " + std::to_string(n) + ")";
-      });
-      check(s[r].send_count == s[0].send_count, errc::invalid_argument, [&] {
-        return "broadcast: rank 0 passed " + std::to_string(s[0].send_count) + " elements but rank " +
-               std::to_string(r) + " passed " + std::to_string(s[r].send_count) + "; all ranks must pass the same size";
-      });
-    }
-    if (rank_ != root)
-      copy_bytes(reinterpret_cast<std::byte*>(data.data()), s[root].send, data.size() * sizeof(T));
+    arrive(post(m, data.data()), dl);
+    const auto& s = check_all();
+    if (rank_ != root) copy_bytes(reinterpret_cast<std::byte*>(data.data()), s[root].send, data.size_bytes());
     arrive_done("broadcast", dl);
   }
 
@@ -448,15 +327,9 @@ class local_comm {
           [&] { return std::string(what) + ": tag " + std::to_string(tag) + " must be non-negative"; });
   }
 
-  template <class T>
-  detail::local_post post_of(detail::local_op kind, std::span<const T> send, size_t recv_count) const {
-    detail::local_post p;
-    p.kind = kind;
-    p.send = reinterpret_cast<const std::byte*>(send.data());
-    p.send_count = send.size();
-    p.recv_count = recv_count;
-    p.elem_size = sizeof(T);
-    return p;
+  template <class T = std::byte>
+  static detail::local_post post(const detail::call_meta& m, const T* send = nullptr) noexcept {
+    return {m, reinterpret_cast<const std::byte*>(send)};
   }
 
   template <class T>
@@ -472,8 +345,8 @@ class local_comm {
 
   /// Meets every rank of the hub: posts `p`, waits until all have posted (or the deadline), and lets
   /// the last arrival run `complete` under the lock before anyone proceeds.
-  void arrive(const detail::local_post& p, const char* what, clock::time_point dl,
-              const std::function<void()>& complete = {}) {
+  void arrive(const detail::local_post& p, clock::time_point dl, const std::function<void()>& complete = {}) {
+    const char* what = detail::to_string(p.meta.kind);
     require_valid(what);
     std::unique_lock lk(hub_->m_);
     throw_if_aborted_locked(what);
@@ -522,23 +395,13 @@ class local_comm {
     throw error(errc::timeout, msg);
   }
 
-  void check_same_kind(const std::vector<detail::local_post>& s, const char* what) const {
-    for (int r = 0; r < size(); ++r)
-      check(s[r].kind == s[0].kind, errc::mismatch, [&] {
-        return std::string(what) + ": rank 0 called " + detail::to_string(s[0].kind) + " but rank " +
-               std::to_string(r) + " called " + detail::to_string(s[r].kind) +
-               "; all ranks must call collectives in the same order";
-      });
-  }
-
-  void check_common(const std::vector<detail::local_post>& s, const char* what) const {
-    check_same_kind(s, what);
-    for (int r = 0; r < size(); ++r)
-      check(s[r].elem_size == s[0].elem_size, errc::invalid_argument, [&] {
-        return std::string(what) + ": rank 0 passes elements of " + std::to_string(s[0].elem_size) +
-               " bytes but rank " + std::to_string(r) + " of " + std::to_string(s[r].elem_size) +
-               "; all ranks must use the same element type";
-      });
+  /// Runs the cross-rank checks on the completed rendezvous; the same on every rank.
+  const std::vector<detail::local_post>& check_all() const {
+    const auto& s = hub_->snapshot_;
+    std::vector<detail::call_meta> m(s.size());
+    for (size_t r = 0; r < s.size(); ++r) m[r] = s[r].meta;
+    detail::check_call(m);
+    return s;
   }
 
   /// Under the lock, by the last rank to arrive: one hub per valid color.
@@ -547,15 +410,15 @@ class local_comm {
     const auto& s = h.snapshot_;
     h.split_result_.assign(size_t(h.size_), nullptr);
     for (const auto& p : s)
-      if (p.kind != detail::local_op::split || p.root >= h.size_) return;  // every rank reports the error
+      if (p.meta.kind != detail::coll_kind::split || p.meta.root >= h.size_) return;  // every rank reports it
     std::map<int, std::shared_ptr<local_hub>> by_color;
     for (int r = 0; r < h.size_; ++r) {
-      const int c = s[size_t(r)].root;
+      const int c = s[size_t(r)].meta.root;
       if (c < 0) continue;
       auto& hub = by_color[c];
       if (!hub) {
         int members = 0;
-        for (const auto& q : s) members += q.root == c;
+        for (const auto& q : s) members += q.meta.root == c;
         hub = std::make_shared<local_hub>(members);
         h.children_all_.push_back(hub);
       }
@@ -565,10 +428,11 @@ class local_comm {
   }
 
   /// Rank in the new group: position by (key, old rank) among the ranks of `color`.
-  int child_rank(const std::vector<detail::local_post>& s, int color, int key) const {
+  int child_rank(int color, int key) const {
+    const auto& s = hub_->snapshot_;
     int r = 0;
     for (int q = 0; q < size(); ++q)
-      if (s[q].root == color && std::pair(s[q].key, q) < std::pair(key, rank_)) ++r;
+      if (s[q].meta.root == color && std::pair(s[q].meta.key, q) < std::pair(key, rank_)) ++r;
     return r;
   }
 
