@@ -1,0 +1,30 @@
+#pragma once
+/// \file
+/// The `bucketing` axis: sequence length -> length group (bucket) and its representative.
+///
+/// Buckets are the unit of profiling (one profile row per bucket and configuration) and of the
+/// bucket-parallel baseline. A model of `bucketing` opts in with
+/// `using policy_concept = dcp::bucketing_tag;` and has
+///   - `b.bucket_count()`: number of buckets B (>= 1);
+///   - `b.bucket_of(n)`: the bucket in [0, B) of a sequence of n >= 1 tokens;
+///   - `b.representative(i)`: a token count standing for bucket i (its upper edge).
+/// Laws: `bucket_of` is monotone non-decreasing in n; `bucket_of(representative(i)) == i`.
+/// Shipped: `fixed_edges_bucketing`, `geometric_bucketing`, `quantile_bucketing`.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+namespace dcp {
+
+struct bucketing_tag {};
+
+template <class B>
+concept bucketing = std::same_as<typename B::policy_concept, bucketing_tag> &&  //
+                    requires(const B& b, std::int64_t n, std::size_t i) {
+                      { b.bucket_count() } -> std::convertible_to<std::size_t>;
+                      { b.bucket_of(n) } -> std::convertible_to<std::size_t>;
+                      { b.representative(i) } -> std::convertible_to<std::int64_t>;
+                    };
+
+}  // namespace dcp

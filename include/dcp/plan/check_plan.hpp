@@ -1,0 +1,101 @@
+#pragma once
+/// \file
+/// `plan_violations`: the laws every plan keeps (see `plan_concepts.hpp`), checked against the
+/// batch and the cost model. Property tests, fuzzers and the simulator use it.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// Every way `p` breaks a plan law for `batch` under `cost`; empty when the plan is sound.
+/// Times and memory are compared to 1e-9 relative.
+template <cost_model C>
+std::vector<std::string> plan_violations(const plan& p, std::span<const sequence> batch, const C& cost) {
+  std::vector<std::string> out;
+  auto fail = [&out](std::string s) {
+    if (out.size() < 32) out.push_back(std::move(s));
+  };
+  auto close = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); };
+  const int n = cost.gpus();
+  if (p.gpus != n) fail("plan is for " + std::to_string(p.gpus) + " GPUs, cost model for " + std::to_string(n));
+
+  // Every sequence exactly once (in a step or skipped), nothing foreign.
+  std::map<std::int64_t, int> seen;
+  for (const auto& s : batch) seen[s.id] = 0;
+  auto visit = [&](std::int64_t id) {
+    auto it = seen.find(id);
+    if (it == seen.end()) fail("sequence " + std::to_string(id) + " is not in the batch");
+    else if (++it->second > 1) fail("sequence " + std::to_string(id) + " appears more than once");
+  };
+  double weights = 0;
+  std::size_t planned = 0;
+  for (const auto& st : p.steps)
+    for (const auto& q : st.sequences) visit(q.id), weights += q.loss_weight, ++planned;
+  for (const auto& k : p.skipped) visit(k.id);
+  for (const auto& [id, count] : seen)
+    if (count == 0) fail("sequence " + std::to_string(id) + " is lost: in no step and not skipped");
+  if (planned > 0 && !close(weights, 1.0)) fail("loss weights sum to " + std::to_string(weights) + ", not 1");
+
+  // Steps: aligned, legal, priced by the cost model, within memory.
+  std::map<std::int64_t, const sequence*> by_id;
+  for (const auto& s : batch) by_id[s.id] = &s;
+  std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(std::max(n, 0)));
+  double makespan = 0;
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& st = p.steps[i];
+    const std::string where = "step " + std::to_string(i) + " on ranks [" + std::to_string(st.ranks.first) + ", " +
+                              std::to_string(st.ranks.end()) + ")";
+    const int sp = st.sp();
+    if (!legal_sp(cost, sp)) fail(where + ": sp " + std::to_string(sp) + " is not legal");
+    if (sp <= 0 || st.ranks.first < 0 || st.ranks.end() > n || st.ranks.first % std::max(sp, 1) != 0) {
+      fail(where + ": not an aligned block inside [0, " + std::to_string(n) + ")");
+      continue;
+    }
+    if (st.sequences.empty()) fail(where + ": has no sequences");
+    if (st.checkpointed_blocks < 0 || st.checkpointed_blocks > cost.blocks())
+      fail(where + ": checkpointed_blocks " + std::to_string(st.checkpointed_blocks) + " out of range");
+    typename C::load_type load{};
+    bool known = true;
+    for (const auto& q : st.sequences) {
+      auto it = by_id.find(q.id);
+      if (it == by_id.end()) {
+        known = false;
+        continue;
+      }
+      load = load + cost.load_of(*it->second);
+      if (q.tokens != cost.tokens_of(*it->second)) fail(where + ": sequence " + std::to_string(q.id) + " has wrong tokens");
+    }
+    if (known && !st.sequences.empty()) {
+      const double t = cost.time(load, sp, st.checkpointed_blocks), m = cost.memory(load, sp, st.checkpointed_blocks);
+      if (!close(t, st.time_s)) fail(where + ": time " + std::to_string(st.time_s) + " s, cost model says " + std::to_string(t));
+      if (!close(m, st.memory_bytes)) fail(where + ": memory " + std::to_string(st.memory_bytes) + " B, cost model says " + std::to_string(m));
+      if (m > cost.capacity()) fail(where + ": memory " + std::to_string(m) + " B over capacity " + std::to_string(cost.capacity()));
+    }
+    if (st.start_s < 0) fail(where + ": negative start");
+    for (int r = st.ranks.first; r < st.ranks.end(); ++r) busy[static_cast<std::size_t>(r)].push_back({st.start_s, st.end_s()});
+    makespan = std::max(makespan, st.end_s());
+  }
+  // No GPU runs two steps at once (so a gang step starts only when all members are free).
+  for (int r = 0; r < n; ++r) {
+    auto& b = busy[static_cast<std::size_t>(r)];
+    std::sort(b.begin(), b.end());
+    for (std::size_t j = 1; j < b.size(); ++j)
+      if (b[j].first < b[j - 1].second - 1e-9 * std::max(1.0, b[j - 1].second))
+        fail("rank " + std::to_string(r) + " runs two steps at once at t = " + std::to_string(b[j].first));
+  }
+  if (!close(makespan, p.makespan_s)) fail("makespan " + std::to_string(p.makespan_s) + " s, steps end at " + std::to_string(makespan));
+  if (p.makespan_s < p.lower_bound_s * (1 - 1e-9)) fail("makespan " + std::to_string(p.makespan_s) + " s below the lower bound " + std::to_string(p.lower_bound_s));
+  return out;
+}
+
+}  // namespace dcp

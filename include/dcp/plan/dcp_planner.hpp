@@ -1,0 +1,456 @@
+#pragma once
+/// \file
+/// `dcp_planner`: Data-Centric Parallel planning of one global batch (DESIGN section 3).
+///
+/// 1. options: for every sequence and legal sp, the fewest checkpointed blocks that fit;
+/// 2. sp: the most GPU-efficient option, widened while it alone outlasts the batch's fair share;
+/// 3. gang items (sp > 1) of equal sp are merged while they fit without recomputation, then
+///    placed widest first, longest first, on the aligned block that is free earliest; placing
+///    wide before narrow keeps every block's members free at the same instant (no gang gaps);
+/// 4. sp = 1 sequences are a fluid: assigned longest first to the least loaded GPU, packed per
+///    GPU first-fit-decreasing into micro-steps that need no recomputation (DCP-inter: every GPU
+///    accumulates as many micro-steps as it needs to finish with the others);
+/// 5. improve: move single sequences from the last GPU to finish to the first while that lowers
+///    the makespan, and widen a gang item that is critical, within a deterministic move budget
+///    (a wall-clock budget would let ranks compute different plans);
+/// 6. recompute (DCP-intra): each micro-step checkpoints the fewest blocks that fit;
+/// 7. loss weights: token mean or sample mean, so summed gradients are the full-batch gradient.
+/// With `inter = false` steps run in synchronised rounds, one per GPU group; with
+/// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <queue>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/recompute/full_recompute.hpp>
+#include <dcp/recompute/recompute_concepts.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
+
+namespace dcp {
+
+namespace detail {
+
+template <cost_model C, class Recompute>
+class dcp_planning {
+  using load_t = typename C::load_type;
+
+ public:
+  dcp_planning(const C& cost, const Recompute& recompute, bool inter, bool intra, std::size_t moves)
+      : cost_(cost), recompute_(recompute), inter_(inter), intra_(intra), moves_(moves) {}
+
+  plan run(std::span<const sequence> batch, loss_normalization norm, infeasible_policy policy,
+           const std::string& method) {
+    std::vector<skipped_sequence> skipped;
+    std::vector<sequence> seqs = feasible_sequences(cost_, batch, policy, skipped);
+    // Canonical order: plans must not depend on the order ranks received the batch in.
+    std::sort(seqs.begin(), seqs.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+    items_.clear();
+    items_.reserve(seqs.size());
+    for (const auto& s : seqs) {
+      item it{s, cost_.load_of(s), cost_.tokens_of(s), {}, 0, 0};
+      it.options = options(it.load);
+      if (it.options.empty()) {  // fits only with blocks the recompute policy will not checkpoint
+        if (policy == infeasible_policy::skip) {
+          skipped.push_back({s.id, it.tokens, infeasible_error(cost_, s).what()});
+          continue;
+        }
+        throw infeasible_error(cost_, s);
+      }
+      items_.push_back(std::move(it));
+    }
+    planned_.clear();
+    for (const auto& it : items_) planned_.push_back(it.seq);
+    sps_ = legal_sp_sizes(cost_);
+    for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp).value_or(cost_.blocks()));
+    choose_sp();
+
+    plan best = build(method, norm);
+    if (inter_) best = widen_critical(std::move(best), method, norm);
+    best.skipped = std::move(skipped);
+    return best;
+  }
+
+ private:
+  struct item {
+    sequence seq;
+    load_t load;
+    std::int64_t tokens;
+    std::vector<sequence_option> options;
+    std::size_t choice;  // index into options
+    double estimate;     // GPU-seconds when packed with its peers
+  };
+  struct step_group {  // sequences that run together, before placement
+    std::vector<std::size_t> members;
+    load_t load{};
+    int sp = 1;
+    int k = 0;
+    double time = 0;
+  };
+
+  std::optional<int> choose(const load_t& l, int sp) const {
+    if (intra_) return recompute_.choose(cost_, l, sp);
+    return full_recompute{}.choose(cost_, l, sp);
+  }
+  std::size_t sp_index(int sp) const {
+    return static_cast<std::size_t>(std::find(sps_.begin(), sps_.end(), sp) - sps_.begin());
+  }
+  /// Fits the sp's preferred recompute level (0 blocks under selective recompute).
+  bool fits_preferred(const load_t& l, int sp) const {
+    return cost_.memory(l, sp, k_pref_[sp_index(sp)]) <= cost_.capacity();
+  }
+  std::vector<sequence_option> options(const load_t& l) const {
+    std::vector<sequence_option> out;
+    for (int sp : legal_sp_sizes(cost_))
+      if (auto k = choose(l, sp)) out.push_back({sp, *k, cost_.time(l, sp, *k), cost_.memory(l, sp, *k)});
+    return out;
+  }
+  int sp_of(const item& it) const { return it.options[it.choice].sp; }
+
+  /// Load of `count` copies of `l`, by doubling.
+  static load_t times(load_t l, std::int64_t count) {
+    load_t acc{};
+    while (count > 0) {
+      if (count & 1) acc = acc + l;
+      l = l + l;
+      count >>= 1;
+    }
+    return acc;
+  }
+
+  /// Step 2: most GPU-efficient option; then, against a fair share of the batch, the narrowest
+  /// option that does not outlast it (a lone long sequence must not set the makespan).
+  void choose_sp() {
+    for (auto& it : items_) {
+      std::size_t best = 0;
+      for (std::size_t o = 1; o < it.options.size(); ++o)
+        if (it.options[o].gpu_seconds() < it.options[best].gpu_seconds()) best = o;
+      it.choice = best;
+    }
+    // Largest sp = 1 step that needs no recomputation: the reference for packed estimates.
+    std::int64_t lo = 1, hi = 2;
+    auto fits = [&](std::int64_t n) { return fits_preferred(cost_.load_of(make_sequence(0, n)), 1); };
+    if (fits(1)) {
+      while (hi < max_shape_tokens && fits(hi)) lo = hi, hi *= 2;
+      while (hi - lo > 1) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+      }
+    }
+    step_cap_ = lo;
+    double total = 0;
+    for (auto& it : items_) {
+      estimate(it);
+      total += it.estimate;
+    }
+    const double share = total / cost_.gpus();
+    for (auto& it : items_) {
+      if (it.options[it.choice].time_s <= share) continue;
+      std::size_t pick = it.choice;
+      for (std::size_t o = 0; o < it.options.size(); ++o) {
+        if (it.options[o].time_s < it.options[pick].time_s &&
+            (it.options[pick].time_s > share || it.options[o].sp < it.options[pick].sp))
+          pick = o;
+        if (it.options[pick].time_s <= share) break;
+      }
+      it.choice = pick;
+      estimate(it);
+    }
+  }
+  void estimate(item& it) const {
+    const auto& o = it.options[it.choice];
+    if (o.sp == 1 && it.tokens < step_cap_) {
+      const std::int64_t copies = std::max<std::int64_t>(1, step_cap_ / std::max<std::int64_t>(it.tokens, 1));
+      it.estimate = cost_.time(times(it.load, copies), 1, o.checkpointed_blocks) / static_cast<double>(copies);
+    } else {
+      it.estimate = o.gpu_seconds();
+    }
+  }
+
+  void price(step_group& g) const {
+    g.k = choose(g.load, g.sp).value_or(cost_.blocks());
+    g.time = cost_.time(g.load, g.sp, g.k);
+  }
+
+  /// First-fit decreasing (by tokens) of `members` into steps of `sp` GPUs that fit the
+  /// preferred recompute level; a sequence too long for that runs alone at its own level.
+  std::vector<step_group> pack(std::vector<std::size_t> members, int sp) const {
+    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
+      return items_[a].tokens != items_[b].tokens ? items_[a].tokens > items_[b].tokens
+                                                  : items_[a].seq.id < items_[b].seq.id;
+    });
+    std::vector<step_group> steps;
+    for (std::size_t m : members) {
+      const item& it = items_[m];
+      bool placed = false;
+      if (fits_preferred(it.load, sp)) {
+        for (auto& g : steps) {
+          if (fits_preferred(g.load + it.load, sp)) {
+            g.members.push_back(m);
+            g.load = g.load + it.load;
+            placed = true;
+            break;
+          }
+        }
+      }
+      if (!placed) steps.push_back({{m}, it.load, sp, 0, 0});
+    }
+    for (auto& g : steps) price(g);
+    return steps;
+  }
+
+  double total_time(const std::vector<step_group>& steps) const {
+    double t = 0;
+    for (const auto& g : steps) t += g.time;
+    return t;
+  }
+
+  /// Steps 3-6 for the current sp choices.
+  plan build(const std::string& method, loss_normalization norm) {
+    const buddy_groups groups{cost_.gpus(), cost_.gpus_per_node()};
+    plan_builder<C> b(cost_, method);
+    std::vector<std::vector<std::size_t>> by_sp(sps_.size());
+    for (std::size_t i = 0; i < items_.size(); ++i) by_sp[sp_index(sp_of(items_[i]))].push_back(i);
+
+    std::vector<step_group> gang;  // sp > 1, widest first then longest first
+    for (std::size_t c = sps_.size(); c-- > 1;) {
+      auto steps = pack(by_sp[c], sps_[c]);
+      std::stable_sort(steps.begin(), steps.end(), [](const step_group& x, const step_group& y) { return x.time > y.time; });
+      gang.insert(gang.end(), std::make_move_iterator(steps.begin()), std::make_move_iterator(steps.end()));
+    }
+    std::vector<std::size_t> fluid = sps_.empty() ? std::vector<std::size_t>{} : by_sp[0];
+
+    if (!inter_) {  // synchronised rounds: one step per group per round
+      auto singles = pack(fluid, 1);
+      std::stable_sort(singles.begin(), singles.end(), [](const step_group& x, const step_group& y) { return x.time > y.time; });
+      gang.insert(gang.end(), std::make_move_iterator(singles.begin()), std::make_move_iterator(singles.end()));
+      place_in_rounds(b, groups, gang);
+      return std::move(b).finish(planned_, norm);
+    }
+
+    for (const auto& g : gang) {  // widest first keeps each block's members in step
+      const int n_blocks = groups.block_count(g.sp);
+      rank_block best = groups.block(g.sp, 0);
+      double best_ready = b.ready(best);
+      for (int i = 1; i < n_blocks; ++i) {
+        const rank_block blk = groups.block(g.sp, i);
+        const double r = b.ready(blk);
+        if (r < best_ready) best = blk, best_ready = r;
+      }
+      b.place(b.make_step(sequences_of(g), best, g.k));
+    }
+
+    // Fluid: longest first to the least loaded GPU.
+    const int n = cost_.gpus();
+    std::vector<std::vector<std::size_t>> on(static_cast<std::size_t>(n));
+    std::sort(fluid.begin(), fluid.end(), [&](std::size_t x, std::size_t y) {
+      return items_[x].estimate != items_[y].estimate ? items_[x].estimate > items_[y].estimate
+                                                      : items_[x].seq.id < items_[y].seq.id;
+    });
+    using slot = std::pair<double, int>;
+    std::priority_queue<slot, std::vector<slot>, std::greater<>> least;
+    for (int r = 0; r < n; ++r) least.push({b.free_at(r), r});
+    for (std::size_t m : fluid) {
+      auto [load, r] = least.top();
+      least.pop();
+      on[static_cast<std::size_t>(r)].push_back(m);
+      least.push({load + items_[m].estimate, r});
+    }
+    std::vector<std::vector<step_group>> steps(static_cast<std::size_t>(n));
+    std::set<slot> finish;
+    for (int r = 0; r < n; ++r) {
+      steps[static_cast<std::size_t>(r)] = pack(on[static_cast<std::size_t>(r)], 1);
+      finish.insert({b.free_at(r) + total_time(steps[static_cast<std::size_t>(r)]), r});
+    }
+    rebalance(b, on, steps, finish);
+    for (int r = 0; r < n; ++r)
+      for (const auto& g : steps[static_cast<std::size_t>(r)]) b.place(b.make_step(sequences_of(g), {r, 1}, g.k));
+    return std::move(b).finish(planned_, norm);
+  }
+
+  /// Step 5: move one sequence from the GPU that finishes last to one that finishes early,
+  /// while that lowers the later of the two; `moves_` bounds the evaluations.
+  void rebalance(const plan_builder<C>& b, std::vector<std::vector<std::size_t>>& on,
+                 std::vector<std::vector<step_group>>& steps, std::set<std::pair<double, int>>& finish) const {
+    std::size_t budget = moves_;
+    while (budget > 0 && finish.size() > 1) {
+      const auto [f_hi, hi] = *finish.rbegin();
+      auto& from = on[static_cast<std::size_t>(hi)];
+      if (from.empty()) return;  // the last GPU runs only gang steps: nothing to move
+      bool moved = false;
+      int targets = 0;
+      for (auto t = finish.begin(); t != finish.end() && targets < 4 && !moved && budget > 0; ++t, ++targets) {
+        const auto [f_lo, lo] = *t;
+        if (lo == hi) break;
+        const double gap = f_hi - f_lo;
+        if (gap <= 1e-12 * f_hi) return;
+        // Candidates: sequences whose estimate is nearest half the gap.
+        std::vector<std::size_t> cand(from.begin(), from.end());
+        std::sort(cand.begin(), cand.end(), [&](std::size_t x, std::size_t y) {
+          const double dx = std::abs(items_[x].estimate - gap / 2), dy = std::abs(items_[y].estimate - gap / 2);
+          return dx != dy ? dx < dy : items_[x].seq.id < items_[y].seq.id;
+        });
+        if (cand.size() > 6) cand.resize(6);
+        auto& to = on[static_cast<std::size_t>(lo)];
+        for (std::size_t m : cand) {
+          if (budget == 0) break;
+          --budget;
+          std::vector<std::size_t> from2 = from, to2 = to;
+          from2.erase(std::find(from2.begin(), from2.end(), m));
+          to2.push_back(m);
+          auto s_from = pack(from2, 1), s_to = pack(to2, 1);
+          const double nf = b.free_at(hi) + total_time(s_from), nt = b.free_at(lo) + total_time(s_to);
+          if (std::max(nf, nt) < f_hi * (1 - 1e-12)) {
+            finish.erase({f_hi, hi});
+            finish.erase({f_lo, lo});
+            from = std::move(from2), to = std::move(to2);
+            steps[static_cast<std::size_t>(hi)] = std::move(s_from);
+            steps[static_cast<std::size_t>(lo)] = std::move(s_to);
+            finish.insert({nf, hi});
+            finish.insert({nt, lo});
+            moved = true;
+            break;
+          }
+        }
+      }
+      if (!moved) return;
+    }
+  }
+
+  /// `inter = false`: rounds in which every group runs at most one step; a round ends when
+  /// its slowest step does, and the next starts then (gradient accumulation is not balanced).
+  void place_in_rounds(plan_builder<C>& b, const buddy_groups& groups, std::vector<step_group>& pending) const {
+    const int n = cost_.gpus();
+    double round_start = 0;
+    std::vector<char> busy(static_cast<std::size_t>(n));
+    while (!pending.empty()) {
+      std::fill(busy.begin(), busy.end(), 0);
+      double round_end = round_start;
+      std::vector<step_group> later;
+      for (auto& g : pending) {
+        bool placed = false;
+        for (int i = 0; i < groups.block_count(g.sp) && !placed; ++i) {
+          const rank_block blk = groups.block(g.sp, i);
+          if (std::any_of(busy.begin() + blk.first, busy.begin() + blk.end(), [](char c) { return c != 0; })) continue;
+          std::fill(busy.begin() + blk.first, busy.begin() + blk.end(), 1);
+          round_end = std::max(round_end, b.place(b.make_step(sequences_of(g), blk, g.k), round_start));
+          placed = true;
+        }
+        if (!placed) later.push_back(std::move(g));
+      }
+      pending = std::move(later);
+      round_start = round_end;
+    }
+  }
+
+  /// Step 5, gang side: while the last GPU to finish runs only gang steps, give its longest
+  /// gang item the next wider sp and keep the plan if the makespan falls.
+  plan widen_critical(plan best, const std::string& method, loss_normalization norm) {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      int critical = 0;
+      for (const auto& s : best.steps)
+        if (s.end_s() >= best.makespan_s) critical = s.ranks.first;
+      const plan_step* longest = nullptr;
+      bool fluid = false;
+      for (const auto& s : best.steps) {
+        if (!s.ranks.contains(critical)) continue;
+        if (s.sp() == 1) fluid = true;
+        else if (!longest || s.time_s > longest->time_s) longest = &s;
+      }
+      if (fluid || !longest) return best;
+      // Widen every item of that step to the next legal sp that has an option.
+      std::vector<std::pair<std::size_t, std::size_t>> undo;
+      for (const auto& q : longest->sequences) {
+        auto it = std::lower_bound(planned_.begin(), planned_.end(), q.id,
+                                   [](const sequence& s, std::int64_t id) { return s.id < id; });
+        item& x = items_[static_cast<std::size_t>(it - planned_.begin())];
+        for (std::size_t o = 0; o < x.options.size(); ++o) {
+          if (x.options[o].sp > x.options[x.choice].sp) {
+            undo.push_back({static_cast<std::size_t>(&x - items_.data()), x.choice});
+            x.choice = o;
+            estimate(x);
+            break;
+          }
+        }
+      }
+      if (undo.empty()) return best;
+      plan next = build(method, norm);
+      if (next.makespan_s < best.makespan_s * (1 - 1e-12)) {
+        best = std::move(next);
+        continue;
+      }
+      for (auto [i, c] : undo) items_[i].choice = c, estimate(items_[i]);
+      return best;
+    }
+    return best;
+  }
+
+  std::vector<sequence> sequences_of(const step_group& g) const {
+    std::vector<sequence> out;
+    out.reserve(g.members.size());
+    for (std::size_t m : g.members) out.push_back(items_[m].seq);
+    return out;
+  }
+
+  const C& cost_;
+  const Recompute& recompute_;
+  bool inter_, intra_;
+  std::size_t moves_;
+  std::vector<item> items_;
+  std::vector<sequence> planned_;  // items' sequences, sorted by id
+  std::vector<int> sps_;
+  std::vector<int> k_pref_;
+  std::int64_t step_cap_ = 1;
+};
+
+}  // namespace detail
+
+/// The DCP planner. A regular value; knobs are data members.
+struct dcp_planner {
+  using policy_concept = planner_tag;
+
+  bool inter = true;  ///< balance gradient accumulation across groups (DCP-inter)
+  bool intra = true;  ///< per-step selective recompute (DCP-intra); false = every block checkpointed
+  std::size_t improve_moves = 4096;  ///< improvement budget, in evaluated moves (deterministic)
+  loss_normalization loss = loss_normalization::token_mean;
+  infeasible_policy on_infeasible = infeasible_policy::error;
+
+  std::string name() const {
+    if (!inter && !intra) return "dcp-no-inter-no-intra";
+    if (!inter) return "dcp-no-inter";
+    if (!intra) return "dcp-no-intra";
+    return "dcp";
+  }
+
+  template <cost_model C, class Recompute = selective_recompute>
+    requires recompute_policy<Recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
+    detail::dcp_planning<C, Recompute> planning(cost, recompute, inter, intra, improve_moves);
+    return planning.run(batch, loss, on_infeasible, name());
+  }
+
+  friend bool operator==(const dcp_planner&, const dcp_planner&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const dcp_planner& p) {
+    return os << "dcp_planner{inter=" << p.inter << ", intra=" << p.intra << ", improve_moves=" << p.improve_moves
+              << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
+              << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
+  }
+};
+
+static_assert(planner<dcp_planner>);
+
+}  // namespace dcp

@@ -1,0 +1,147 @@
+#pragma once
+/// \file
+/// Per-sequence options (DESIGN section 3 step 1) and the per-batch lower bound.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// One feasible way to run a sequence alone: sp GPUs, k checkpointed blocks.
+struct sequence_option {
+  int sp = 1;
+  int checkpointed_blocks = 0;
+  double time_s = 0;
+  double memory_bytes = 0;
+  double gpu_seconds() const noexcept { return sp * time_s; }
+  friend bool operator==(const sequence_option&, const sequence_option&) = default;
+};
+
+/// The legal sp sizes of a cost model, ascending: powers of two <= N that divide the heads.
+template <cost_model C>
+std::vector<int> legal_sp_sizes(const C& cost) {
+  std::vector<int> out;
+  for (int sp = 1; sp <= cost.gpus() && sp > 0; sp *= 2)
+    if (legal_sp(cost, sp)) out.push_back(sp);
+  return out;
+}
+
+/// For each legal sp, the fewest checkpointed blocks with which `load` fits alone (if any).
+template <cost_model C>
+std::vector<sequence_option> options_of(const C& cost, const typename C::load_type& load) {
+  std::vector<sequence_option> out;
+  for (int sp : legal_sp_sizes(cost)) {
+    if (auto k = selective_recompute{}.choose(cost, load, sp))
+      out.push_back({sp, *k, cost.time(load, sp, *k), cost.memory(load, sp, *k)});
+  }
+  return out;
+}
+
+/// The longest 1D sequence (tokens the model sees) that fits some legal configuration alone.
+template <cost_model C>
+std::int64_t largest_feasible_tokens(const C& cost) {
+  const auto sps = legal_sp_sizes(cost);
+  if (sps.empty()) return 0;
+  const int sp = sps.back();
+  auto fits = [&](std::int64_t n) {
+    return cost.memory(cost.load_of(make_sequence(0, std::max<std::int64_t>(n, 1))), sp, cost.blocks()) <=
+           cost.capacity();
+  };
+  // Memory is affine in the tokens for every shipped model; search the boundary exactly.
+  std::int64_t lo = 0, hi = 1;
+  while (hi < max_shape_tokens && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+/// The error for a sequence no configuration can hold.
+template <cost_model C>
+error infeasible_error(const C& cost, const sequence& s) {
+  return error(errc::infeasible, "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) +
+                                     " tokens (shape " + std::to_string(s.frames) + " x " +
+                                     std::to_string(s.spatial) + ") fits no configuration on " +
+                                     std::to_string(cost.gpus()) + " GPUs; the largest length that fits is " +
+                                     std::to_string(largest_feasible_tokens(cost)) +
+                                     " tokens; use more GPUs or memory, or on_infeasible = skip");
+}
+
+/// Validates a batch (positive shapes, unique ids) and splits it into sequences that have at
+/// least one feasible option and those that have none, following `policy`.
+template <cost_model C>
+std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence> batch, infeasible_policy policy,
+                                         std::vector<skipped_sequence>& skipped) {
+  check(!batch.empty(), errc::invalid_argument,
+        [] { return std::string("empty batch: a global batch needs at least one sequence"); });
+  std::vector<std::int64_t> ids;
+  ids.reserve(batch.size());
+  for (const auto& s : batch) {
+    validate(s);
+    ids.push_back(s.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (auto d = std::adjacent_find(ids.begin(), ids.end()); d != ids.end())
+    throw error(errc::invalid_argument,
+                "sequence id " + std::to_string(*d) + " appears twice in the batch; ids must be unique");
+
+  std::vector<sequence> out;
+  out.reserve(batch.size());
+  const int widest = legal_sp_sizes(cost).empty() ? 1 : legal_sp_sizes(cost).back();
+  for (const auto& s : batch) {
+    // Memory falls with sp and with k: the widest group with every block checkpointed decides.
+    if (cost.memory(cost.load_of(s), widest, cost.blocks()) <= cost.capacity()) {
+      out.push_back(s);
+    } else if (policy == infeasible_policy::skip) {
+      skipped.push_back({s.id, cost.tokens_of(s), infeasible_error(cost, s).what()});
+    } else {
+      throw infeasible_error(cost, s);
+    }
+  }
+  return out;
+}
+
+/// Lower bound of DESIGN section 3 for a set of (feasible) sequences:
+/// max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
+template <cost_model C>
+double lower_bound(const C& cost, std::span<const sequence> batch) {
+  double work = 0, longest = 0;
+  for (const auto& s : batch) {
+    const auto load = cost.load_of(s);
+    double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
+    for (const auto& o : options_of(cost, load)) {
+      w = std::min(w, cost.work_floor(load, o.sp, o.checkpointed_blocks));
+      t = std::min(t, o.time_s);
+    }
+    if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
+    work += w;
+    longest = std::max(longest, t);
+  }
+  return std::max(work / cost.gpus(), longest);
+}
+
+/// Sets every planned sequence's loss weight so the weights sum to 1 over the plan
+/// (DESIGN section 3 step 7).
+inline void assign_loss_weights(plan& p, loss_normalization norm) {
+  double tokens = 0, count = 0;
+  for (const auto& s : p.steps)
+    for (const auto& q : s.sequences) tokens += static_cast<double>(q.tokens), count += 1;
+  for (auto& s : p.steps)
+    for (auto& q : s.sequences)
+      q.loss_weight = norm == loss_normalization::token_mean ? static_cast<double>(q.tokens) / tokens : 1.0 / count;
+}
+
+}  // namespace dcp
