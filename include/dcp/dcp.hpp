@@ -1,0 +1,39 @@
+#pragma once
+/// \file
+/// The host-only umbrella: every public header that needs no MPI, NCCL or CUDA.
+/// Opt-in umbrellas: `<dcp/mpi.hpp>`, `<dcp/nccl.hpp>`, `<dcp/cuda.cuh>`.
+///
+/// Keep the list sorted; the `headers.umbrella_complete` test fails when a host-only public
+/// header is missing here.
+
+#include <dcp/bucketing/bucketing_concepts.hpp>
+#include <dcp/bucketing/fixed_edges_bucketing.hpp>
+#include <dcp/bucketing/geometric_bucketing.hpp>
+#include <dcp/bucketing/quantile_bucketing.hpp>
+#include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/local.hpp>
+#include <dcp/config.hpp>
+#include <dcp/cost/analytic.hpp>
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/cost/device.hpp>
+#include <dcp/error.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/group_concepts.hpp>
+#include <dcp/model/model_concepts.hpp>
+#include <dcp/model/transformer.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/recompute/full_recompute.hpp>
+#include <dcp/recompute/no_recompute.hpp>
+#include <dcp/recompute/recompute_concepts.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
+#include <dcp/sample/random.hpp>
+#include <dcp/sample/sample_concepts.hpp>
+#include <dcp/sample/token_budget_sampler.hpp>
+#include <dcp/sequence.hpp>
+#include <dcp/workload/embedded.hpp>
+#include <dcp/workload/lengths_file.hpp>

@@ -1,0 +1,15 @@
+# cmake -DUMBRELLA=<dcp.hpp> -DHEADERS=<a;b;...> -P check_umbrella.cmake
+# Fails listing every host-only public header that <dcp/dcp.hpp> does not include directly.
+file(READ "${UMBRELLA}" text)
+set(missing)
+foreach(h IN LISTS HEADERS)
+  string(FIND "${text}" "#include <${h}>" at)
+  if(at EQUAL -1)
+    list(APPEND missing "${h}")
+  endif()
+endforeach()
+if(missing)
+  list(JOIN missing "\n  " lines)
+  message(FATAL_ERROR "<dcp/dcp.hpp> misses host-only public headers; add (sorted):\n  ${lines}")
+endif()
+message("<dcp/dcp.hpp> includes all host-only public headers")
