@@ -292,10 +292,11 @@ class dcp_planning {
       auto& from = on[static_cast<std::size_t>(hi)];
       if (from.empty()) return;  // the last GPU runs only gang steps: nothing to move
       bool moved = false;
-      int targets = 0;
-      for (auto t = finish.begin(); t != finish.end() && targets < 4 && !moved && budget > 0; ++t, ++targets) {
-        const auto [f_lo, lo] = *t;
-        if (lo == hi) break;
+      // The four earliest finishers, copied: a move rewrites `finish`.
+      std::vector<std::pair<double, int>> targets;
+      for (auto t = finish.begin(); t != finish.end() && targets.size() < 4 && t->second != hi; ++t) targets.push_back(*t);
+      for (const auto& [f_lo, lo] : targets) {
+        if (moved || budget == 0) break;
         const double gap = f_hi - f_lo;
         if (gap <= 1e-12 * f_hi) return;
         // Candidates: sequences whose estimate is nearest half the gap.
