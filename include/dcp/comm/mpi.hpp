@@ -1,0 +1,562 @@
+#pragma once
+/// \file
+/// `mpi_comm`: the `communicator` over an `MPI_Comm`, and `mpi_environment` (MPI init/finalize).
+/// Available when `DCP_HAS_MPI()` (link `dcp::mpi`, or include <mpi.h> first); empty otherwise.
+///
+/// - Errors: the wrapped communicator uses `MPI_ERRORS_RETURN`; an MPI error code becomes a
+///   `dcp::error` in `mpi_category()` (value = MPI error class) with `MPI_Error_string`'s text.
+/// - Timeouts: every operation is nonblocking (`MPI_Ialltoall`, `MPI_Iallreduce`, ...) and polled
+///   with `MPI_Test` until `timeout()`. On a timeout the call throws `dcp::error` with
+///   `errc::timeout` naming the operation and this rank (MPI cannot tell which peer is missing;
+///   for point-to-point it names the peer), and the communicator is aborted: later calls throw
+///   `errc::aborted`. It does NOT call `MPI_Abort`: the caller decides (`abort_job()` does it).
+///   A timed-out collective cannot be cancelled in MPI, so its request is kept (never freed) and
+///   its buffers must stay alive until the process ends or the late peer joins; receives are
+///   matched by probing first, so a timed-out `recv` leaves nothing pending.
+/// - Checks: with `checked()` (the default) every collective first all-gathers a 64-byte
+///   description of each rank's call, so a size, type, root or order mismatch is the same
+///   `dcp::error` on every rank instead of undefined behaviour or a timeout. `set_checked(false)`
+///   removes that round trip on hot paths.
+/// - `abort()` marks this handle aborted (no MPI call, no effect on other processes).
+
+#include <dcp/config.hpp>
+
+#if DCP_HAS_MPI()
+
+// dcp uses the C API; the deprecated C++ bindings only add warnings.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/detail/collective_check.hpp>
+#include <dcp/error.hpp>
+
+namespace dcp {
+
+namespace detail {
+
+inline std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, size_t(len));
+}
+
+/// Throws `dcp::error` in `mpi_category()` unless `rc == MPI_SUCCESS`.
+inline void mpi_check(int rc, const char* call, const std::string& context) {
+  if (rc == MPI_SUCCESS) return;
+  int cls = rc;
+  if (MPI_Error_class(rc, &cls) != MPI_SUCCESS) cls = rc;
+  throw error(std::error_code(cls, mpi_category()), context + ": " + call + " failed: " + mpi_error_string(rc));
+}
+
+template <class T>
+MPI_Datatype mpi_type() noexcept {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, long double>) return MPI_LONG_DOUBLE;
+  else if constexpr (std::is_signed_v<T> && sizeof(T) == 1) return MPI_INT8_T;
+  else if constexpr (std::is_signed_v<T> && sizeof(T) == 2) return MPI_INT16_T;
+  else if constexpr (std::is_signed_v<T> && sizeof(T) == 4) return MPI_INT32_T;
+  else if constexpr (std::is_signed_v<T> && sizeof(T) == 8) return MPI_INT64_T;
+  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 1) return MPI_UINT8_T;
+  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 2) return MPI_UINT16_T;
+  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 4) return MPI_UINT32_T;
+  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 8) return MPI_UINT64_T;
+  else static_assert(sizeof(T) == 0, "all_reduce: no MPI datatype for this element type");
+}
+
+// What a timed-out request still references: kept until the process ends.
+struct mpi_orphan {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<int> arrays;
+};
+
+// Fixed-size wire form of `call_meta` for the checked mode.
+struct mpi_wire_meta {
+  std::int64_t kind, type, root, key, elem_size, send_count, recv_count, send_counts_size, recv_counts_size;
+};
+
+}  // namespace detail
+
+/// Initialises MPI for its lifetime (unless already initialised) and finalises it at the end if it
+/// did the initialisation. Requests `MPI_THREAD_SINGLE` by default.
+class mpi_environment {
+ public:
+  mpi_environment() : mpi_environment(nullptr, nullptr) {}
+  mpi_environment(int* argc, char*** argv, int required = MPI_THREAD_SINGLE) {
+    int init = 0;
+    detail::mpi_check(MPI_Initialized(&init), "MPI_Initialized", "mpi_environment");
+    if (init) {
+      detail::mpi_check(MPI_Query_thread(&provided_), "MPI_Query_thread", "mpi_environment");
+      return;
+    }
+    detail::mpi_check(MPI_Init_thread(argc, argv, required, &provided_), "MPI_Init_thread", "mpi_environment");
+    owner_ = true;
+  }
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+  ~mpi_environment() {
+    if (!owner_) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+  }
+  /// The thread support level MPI provides.
+  int thread_level() const noexcept { return provided_; }
+  /// Whether this object initialised MPI (and will finalise it).
+  bool owner() const noexcept { return owner_; }
+
+ private:
+  int provided_ = MPI_THREAD_SINGLE;
+  bool owner_ = false;
+};
+
+/// One rank's handle on an `MPI_Comm`, owning (freed on destruction) or borrowed. Move-only.
+class mpi_comm {
+ public:
+  using communicator_concept = communicator_tag;
+  static constexpr bool host_memory = true;
+
+  /// The null communicator (what `split(no_color, key)` returns).
+  mpi_comm() = default;
+
+  /// A duplicate of `MPI_COMM_WORLD`, owned: error handling and traffic are separate from the user's.
+  static mpi_comm world(std::chrono::milliseconds timeout = default_timeout) {
+    MPI_Comm c = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &c), "MPI_Comm_dup", "mpi_comm::world");
+    return mpi_comm(c, true, timeout);
+  }
+  /// Wraps `c` without taking ownership; sets `MPI_ERRORS_RETURN` on it.
+  static mpi_comm borrow(MPI_Comm c, std::chrono::milliseconds timeout = default_timeout) {
+    return mpi_comm(c, false, timeout);
+  }
+  /// Takes ownership of `c` (freed with `MPI_Comm_free`); sets `MPI_ERRORS_RETURN` on it.
+  static mpi_comm adopt(MPI_Comm c, std::chrono::milliseconds timeout = default_timeout) {
+    return mpi_comm(c, true, timeout);
+  }
+
+  mpi_comm(mpi_comm&& o) noexcept { swap(o); }
+  mpi_comm& operator=(mpi_comm&& o) noexcept {
+    if (this != &o) {
+      mpi_comm tmp(std::move(o));
+      swap(tmp);
+    }
+    return *this;
+  }
+  mpi_comm(const mpi_comm&) = delete;
+  mpi_comm& operator=(const mpi_comm&) = delete;
+  ~mpi_comm() { (void)try_free(); }
+
+  /// Frees an owned communicator now (noexcept teardown); a no-op for borrowed or null ones, or once
+  /// MPI is finalised. An aborted communicator with requests still pending is left to MPI.
+  std::error_code try_free() noexcept {
+    if (comm_ == MPI_COMM_NULL || !owning_) {
+      comm_ = MPI_COMM_NULL;
+      return {};
+    }
+    int fin = 0;
+    MPI_Finalized(&fin);
+    int rc = MPI_SUCCESS;
+    if (!fin && orphans_.empty()) rc = MPI_Comm_free(&comm_);
+    comm_ = MPI_COMM_NULL;
+    if (rc != MPI_SUCCESS) return {rc, mpi_category()};
+    return {};
+  }
+
+  MPI_Comm native() const noexcept { return comm_; }
+  bool owning() const noexcept { return owning_; }
+  bool valid() const noexcept { return comm_ != MPI_COMM_NULL; }
+  int rank() const noexcept { return valid() ? rank_ : -1; }
+  int size() const noexcept { return valid() ? size_ : 0; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) {
+    check(t.count() > 0, errc::invalid_argument,
+          [&] { return "mpi_comm: timeout of " + std::to_string(t.count()) + " ms must be positive"; });
+    timeout_ = t;
+  }
+  bool checked() const noexcept { return checked_; }
+  /// Turns the cross-rank checks of every collective on or off (all ranks must agree).
+  void set_checked(bool on) noexcept { checked_ = on; }
+
+  void abort() noexcept {
+    if (!aborted_) abort_reason_ = "aborted by abort() on rank " + std::to_string(rank_);
+    aborted_ = true;
+  }
+  bool aborted() const noexcept { return aborted_; }
+  /// Ends the whole MPI job (`MPI_Abort`): the last resort after a timeout.
+  void abort_job(int code = 1) noexcept { MPI_Abort(valid() ? comm_ : MPI_COMM_WORLD, code); }
+
+  // ---- collectives ------------------------------------------------------------------------------
+
+  void barrier() {
+    enter("barrier");
+    check_call(detail::meta_of<std::byte>(detail::coll_kind::barrier, 0, 0));
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", where("barrier"));
+    wait(req, "barrier");
+  }
+
+  mpi_comm split(int color, int key) {
+    enter("split");
+    // Always checked: MPI_Comm_split blocks, so agree on valid colors before entering it.
+    auto m = detail::meta_of<std::byte>(detail::coll_kind::split, 0, 0);
+    m.root = color;
+    m.key = key;
+    check_call(m, true);
+    MPI_Comm child = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split",
+                      where("split"));
+    if (child == MPI_COMM_NULL) return mpi_comm();
+    mpi_comm out(child, true, timeout_);
+    out.checked_ = checked_;
+    return out;
+  }
+
+  template <transferable T>
+  void all_to_all(std::span<const T> send, std::span<T> recv) {
+    enter("all_to_all");
+    check_call(detail::meta_of<T>(detail::coll_kind::all_to_all, send.size(), recv.size()));
+    local_check(send.size() == recv.size() && send.size() % size_t(size_) == 0, "all_to_all", [&] {
+      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
+             "; both must be equal and a multiple of size() = " + std::to_string(size_);
+    });
+    const int chunk = to_int(send.size_bytes() / size_t(size_), "all_to_all");
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Ialltoall(send.data(), chunk, MPI_BYTE, recv.data(), chunk, MPI_BYTE, comm_, &req),
+                      "MPI_Ialltoall", where("all_to_all"));
+    wait(req, "all_to_all");
+  }
+
+  template <transferable T>
+  void all_to_all_v(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
+                    std::span<const std::size_t> recv_counts) {
+    enter("all_to_all_v");
+    auto m = detail::meta_of<T>(detail::coll_kind::all_to_all_v, send.size(), recv.size());
+    m.send_counts = send_counts.data();
+    m.send_counts_size = send_counts.size();
+    m.recv_counts = recv_counts.data();
+    m.recv_counts_size = recv_counts.size();
+    check_call(m);
+    const size_t n = size_t(size_);
+    local_check(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v", [&] {
+      return std::to_string(send_counts.size()) + " send counts and " + std::to_string(recv_counts.size()) +
+             " recv counts; both must have size() = " + std::to_string(n) + " entries";
+    });
+    const size_t ss = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+    const size_t rs = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+    local_check(ss == send.size() && rs == recv.size(), "all_to_all_v", [&] {
+      return "send of " + std::to_string(send.size()) + " elements with counts summing to " + std::to_string(ss) +
+             ", recv of " + std::to_string(recv.size()) + " with counts summing to " + std::to_string(rs);
+    });
+    // Counts and displacements in bytes; MPI reads them until completion, so they live in `arrays`.
+    detail::mpi_orphan keep;
+    keep.arrays.resize(4 * n);
+    int* sc = keep.arrays.data();
+    int* sd = sc + n;
+    int* rc = sd + n;
+    int* rd = rc + n;
+    size_t so = 0, ro = 0;
+    for (size_t i = 0; i < n; ++i) {
+      sc[i] = to_int(send_counts[i] * sizeof(T), "all_to_all_v");
+      rc[i] = to_int(recv_counts[i] * sizeof(T), "all_to_all_v");
+      sd[i] = to_int(so, "all_to_all_v");
+      rd[i] = to_int(ro, "all_to_all_v");
+      so += size_t(sc[i]);
+      ro += size_t(rc[i]);
+    }
+    detail::mpi_check(MPI_Ialltoallv(send.data(), sc, sd, MPI_BYTE, recv.data(), rc, rd, MPI_BYTE, comm_,
+                                     &keep.request),
+                      "MPI_Ialltoallv", where("all_to_all_v"));
+    wait(keep, "all_to_all_v");
+  }
+
+  template <transferable T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
+    enter("all_gather");
+    check_call(detail::meta_of<T>(detail::coll_kind::all_gather, send.size(), recv.size()));
+    local_check(recv.size() == send.size() * size_t(size_), "all_gather", [&] {
+      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
+             "; recv must hold size() * send = " + std::to_string(send.size() * size_t(size_));
+    });
+    const int len = to_int(send.size_bytes(), "all_gather");
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Iallgather(send.data(), len, MPI_BYTE, recv.data(), len, MPI_BYTE, comm_, &req),
+                      "MPI_Iallgather", where("all_gather"));
+    wait(req, "all_gather");
+  }
+
+  template <reducible T>
+  void all_reduce(std::span<const T> send, std::span<T> recv, reduce_op op) {
+    enter("all_reduce");
+    auto m = detail::meta_of<T>(detail::coll_kind::all_reduce, send.size(), recv.size());
+    m.type = detail::type_code<T>();
+    m.root = int(op);
+    check_call(m);
+    local_check(send.size() == recv.size(), "all_reduce", [&] {
+      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
+             "; they must be equal";
+    });
+    reduce(send.data(), recv.data(), recv.size(), op);
+  }
+
+  template <reducible T>
+  void all_reduce(std::span<T> data, reduce_op op) {
+    enter("all_reduce");
+    auto m = detail::meta_of<T>(detail::coll_kind::all_reduce, data.size(), data.size());
+    m.type = detail::type_code<T>();
+    m.root = int(op);
+    check_call(m);
+    reduce(static_cast<const T*>(MPI_IN_PLACE), data.data(), data.size(), op);
+  }
+
+  template <transferable T>
+  void broadcast(std::span<T> data, int root) {
+    enter("broadcast");
+    auto m = detail::meta_of<T>(detail::coll_kind::broadcast, data.size(), data.size());
+    m.root = root;
+    check_call(m);
+    local_check(root >= 0 && root < size_, "broadcast", [&] {
+      return "root " + std::to_string(root) + " out of range [0, " + std::to_string(size_) + ")";
+    });
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Ibcast(data.data(), to_int(data.size_bytes(), "broadcast"), MPI_BYTE, root, comm_, &req),
+                      "MPI_Ibcast", where("broadcast"));
+    wait(req, "broadcast");
+  }
+
+  // ---- point to point ---------------------------------------------------------------------------
+
+  template <transferable T>
+  void send(std::span<const T> data, int peer, int tag) {
+    enter("send");
+    check_p2p("send", peer, tag);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Isend(data.data(), to_int(data.size_bytes(), "send"), MPI_BYTE, peer, tag, comm_, &req),
+                      "MPI_Isend", where("send"));
+    wait(req, "send", peer);
+  }
+
+  /// Receives exactly `data.size_bytes()` bytes from `peer` with `tag`. A message of another size is
+  /// received and dropped, and reported with both sizes.
+  template <transferable T>
+  void recv(std::span<T> data, int peer, int tag) {
+    enter("recv");
+    check_p2p("recv", peer, tag);
+    const auto dl = clock::now() + timeout_;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    for (int flag = 0, spins = 0; !flag; ++spins) {
+      detail::mpi_check(MPI_Improbe(peer, tag, comm_, &flag, &msg, &st), "MPI_Improbe", where("recv"));
+      if (!flag) {
+        if (clock::now() > dl) timed_out("recv", peer);
+        if (spins > 64) std::this_thread::yield();
+      }
+    }
+    int bytes = 0;
+    detail::mpi_check(MPI_Get_count(&st, MPI_BYTE, &bytes), "MPI_Get_count", where("recv"));
+    if (size_t(bytes) != data.size_bytes()) {
+      std::vector<std::byte> drop(static_cast<size_t>(bytes));
+      detail::mpi_check(MPI_Mrecv(drop.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv", where("recv"));
+      throw error(errc::invalid_argument, "recv: rank " + std::to_string(rank_) + " expects " +
+                                              std::to_string(data.size_bytes()) + " bytes from rank " +
+                                              std::to_string(peer) + " (tag " + std::to_string(tag) +
+                                              ") but the message has " + std::to_string(bytes) +
+                                              " bytes; send and recv sizes must match");
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Imrecv(data.data(), bytes, MPI_BYTE, &msg, &req), "MPI_Imrecv", where("recv"));
+    wait(req, "recv", peer);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  mpi_comm(MPI_Comm c, bool owning, std::chrono::milliseconds timeout)
+      : comm_(c), owning_(owning), timeout_(timeout) {
+    check(c != MPI_COMM_NULL, errc::invalid_argument, [] { return std::string("mpi_comm: MPI_COMM_NULL"); });
+    detail::mpi_check(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", "mpi_comm");
+    detail::mpi_check(MPI_Comm_rank(c, &rank_), "MPI_Comm_rank", "mpi_comm");
+    detail::mpi_check(MPI_Comm_size(c, &size_), "MPI_Comm_size", "mpi_comm");
+  }
+
+  void swap(mpi_comm& o) noexcept {
+    std::swap(comm_, o.comm_);
+    std::swap(owning_, o.owning_);
+    std::swap(rank_, o.rank_);
+    std::swap(size_, o.size_);
+    std::swap(timeout_, o.timeout_);
+    std::swap(checked_, o.checked_);
+    std::swap(aborted_, o.aborted_);
+    std::swap(abort_reason_, o.abort_reason_);
+    std::swap(orphans_, o.orphans_);
+  }
+
+  std::string where(const char* what) const {
+    return std::string("mpi_comm: ") + what + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+  }
+
+  void enter(const char* what) const {
+    check(valid(), errc::invalid_argument, [&] {
+      return std::string(what) + " on a null mpi_comm (a rank that split with a negative color joins no group)";
+    });
+    if (aborted_)
+      throw error(errc::aborted, where(what) + ": the communicator was aborted (" + abort_reason_ +
+                                     "); create a new communicator");
+  }
+
+  template <class Msg>
+  void local_check(bool ok, const char* what, Msg&& msg) const {
+    check(ok, errc::invalid_argument, [&] { return std::string(what) + ": rank " + std::to_string(rank_) + " passed " + msg(); });
+  }
+
+  static int to_int(size_t v, const char* what) {
+    check(v <= size_t(INT_MAX), errc::unsupported, [&] {
+      return std::string(what) + ": " + std::to_string(v) + " bytes exceed MPI's int count (" +
+             std::to_string(INT_MAX) + "); split the transfer";
+    });
+    return int(v);
+  }
+
+  void check_p2p(const char* what, int peer, int tag) const {
+    check(peer >= 0 && peer < size_, errc::invalid_argument, [&] {
+      return std::string(what) + ": peer " + std::to_string(peer) + " out of range [0, " + std::to_string(size_) + ")";
+    });
+    int* ub = nullptr;
+    int has = 0;
+    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has);
+    const int max_tag = has && ub ? *ub : 32767;
+    check(tag >= 0 && tag <= max_tag, errc::invalid_argument, [&] {
+      return std::string(what) + ": tag " + std::to_string(tag) + " out of range [0, " + std::to_string(max_tag) + "]";
+    });
+  }
+
+  template <class T>
+  void reduce(const T* in, T* out, size_t count, reduce_op op) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Iallreduce(in, out, to_int(count, "all_reduce"), detail::mpi_type<T>(),
+                                     op == reduce_op::sum ? MPI_SUM : MPI_MAX, comm_, &req),
+                      "MPI_Iallreduce", where("all_reduce"));
+    wait(req, "all_reduce");
+  }
+
+  /// All-gathers every rank's call description and runs the shared cross-rank checks.
+  void check_call(const detail::call_meta& m, bool force = false) {
+    if (!checked_ && !force) return;
+    const char* what = detail::to_string(m.kind);
+    const size_t n = size_t(size_);
+    detail::mpi_wire_meta mine{std::int64_t(m.kind),       m.type,
+                               m.root,                     m.key,
+                               std::int64_t(m.elem_size),  std::int64_t(m.send_count),
+                               std::int64_t(m.recv_count), std::int64_t(m.send_counts_size),
+                               std::int64_t(m.recv_counts_size)};
+    std::vector<detail::mpi_wire_meta> all(n);
+    gather_raw(&mine, all.data(), sizeof(mine), what);
+    std::vector<detail::call_meta> metas(n);
+    for (size_t r = 0; r < n; ++r) {
+      auto& d = metas[r];
+      d.kind = detail::coll_kind(all[r].kind);
+      d.type = std::int32_t(all[r].type);
+      d.root = std::int32_t(all[r].root);
+      d.key = std::int32_t(all[r].key);
+      d.elem_size = std::uint64_t(all[r].elem_size);
+      d.send_count = std::uint64_t(all[r].send_count);
+      d.recv_count = std::uint64_t(all[r].recv_count);
+      d.send_counts_size = std::uint64_t(all[r].send_counts_size);
+      d.recv_counts_size = std::uint64_t(all[r].recv_counts_size);
+    }
+    // The count arrays of all_to_all_v travel only when every rank called it with size() of each;
+    // otherwise check_call reports the malformed call before it reads any count.
+    bool counts_ok = true;
+    for (auto& d : metas)
+      counts_ok = counts_ok && d.kind == detail::coll_kind::all_to_all_v && d.send_counts_size == n &&
+                  d.recv_counts_size == n;
+    std::vector<std::size_t> counts;
+    if (counts_ok) {
+      std::vector<std::uint64_t> mine_counts(2 * n), all_counts(2 * n * n);
+      std::copy(m.send_counts, m.send_counts + n, mine_counts.begin());
+      std::copy(m.recv_counts, m.recv_counts + n, mine_counts.begin() + std::ptrdiff_t(n));
+      gather_raw(mine_counts.data(), all_counts.data(), 2 * n * sizeof(std::uint64_t), what);
+      counts.assign(all_counts.begin(), all_counts.end());
+      for (size_t r = 0; r < n; ++r) {
+        metas[r].send_counts = counts.data() + 2 * n * r;
+        metas[r].recv_counts = counts.data() + 2 * n * r + n;
+      }
+    }
+    detail::check_call(metas);
+  }
+
+  void gather_raw(const void* mine, void* all, size_t bytes, const char* what) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Iallgather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, comm_, &req),
+                      "MPI_Iallgather", where(what));
+    wait(req, what);
+  }
+
+  void wait(MPI_Request& req, const char* what, int peer = -1) {
+    detail::mpi_orphan o;
+    o.request = req;
+    wait(o, what, peer);
+    req = o.request;
+  }
+
+  void wait(detail::mpi_orphan& o, const char* what, int peer = -1) {
+    const auto dl = clock::now() + timeout_;
+    for (int flag = 0, spins = 0;; ++spins) {
+      detail::mpi_check(MPI_Test(&o.request, &flag, MPI_STATUS_IGNORE), "MPI_Test", where(what));
+      if (flag) return;
+      if (clock::now() > dl) break;
+      if (spins > 64) std::this_thread::yield();
+    }
+    orphans_.push_back(std::move(o));
+    timed_out(what, peer);
+  }
+
+  [[noreturn]] void timed_out(const char* what, int peer) {
+    std::string msg = where(what) + " timed out after " + detail::seconds_string(timeout_);
+    msg += peer >= 0 ? " waiting for rank " + std::to_string(peer)
+                     : " waiting for its peers (at least one of the " + std::to_string(size_) +
+                           " ranks did not join)";
+    msg += "; the communicator is aborted (call abort_job() to end the MPI job)";
+    aborted_ = true;
+    abort_reason_ = "timeout in " + std::string(what);
+    throw error(errc::timeout, msg);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owning_ = false;
+  int rank_ = -1;
+  int size_ = 0;
+  std::chrono::milliseconds timeout_ = default_timeout;
+  bool checked_ = true;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  std::vector<detail::mpi_orphan> orphans_;
+};
+
+static_assert(communicator<mpi_comm>);
+static_assert(host_communicator<mpi_comm>);
+
+}  // namespace dcp
+
+#endif  // DCP_HAS_MPI()
