@@ -1,5 +1,4 @@
 // Compiled with clang++ -fsyntax-only by the headers.umbrella_clang test.
 #include <dcp/dcp.hpp>
-#include <dcp/dcp.hpp>
 
 int main() { return 0; }
