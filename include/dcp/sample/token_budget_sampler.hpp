@@ -300,7 +300,8 @@ class token_budget_sampler {
     check(static_cast<bool>(out), errc::io_error, [] { return std::string("writing the sampler state failed"); });
   }
 
-  /// Reads what `save` wrote and resumes there. Throws `dcp::error` with `errc::parse_error` for
+  /// Reads what `save` wrote (the rest of `in`: one JSON object, whitespace around it allowed) and
+  /// resumes there. `source_name` prefixes error messages. Throws `dcp::error` with `errc::parse_error` for
   /// malformed input or another format tag, `errc::mismatch` when the state belongs to a sampler
   /// with another dataset size, budget or fingerprint, and what `restore` throws. On error the
   /// sampler is unchanged.
