@@ -1,0 +1,258 @@
+#pragma once
+/// \file
+/// `bucket_planner`: Open-Sora's bucket parallel, the static baseline of DESIGN section 3
+/// ("Baselines"), given the most favourable settings a user of it would pick.
+///
+/// - One sp for the whole run, tuned on the workload (`tune`): among the legal sp values on which
+///   the longest sequence fits with all blocks checkpointed, the one whose simulated epoch is the
+///   fastest. Every step checkpoints all L blocks (Open-Sora trains with full checkpointing).
+/// - Buckets: the distinct shapes (T, S) for video data, geometric token buckets for 1D text.
+///   A bucket's batch size bs is the most copies of its representative that fit memory, then
+///   scaled toward the median bucket time: bs' = max(1, floor(bs * t_median / t_bucket)), and
+///   never above bs (a larger batch would not fit).
+/// - A global batch's micro-batches are shuffled (seeded, dcp's own PRNG) and dealt one per
+///   data-parallel group (N / sp groups) per iteration; iterations are synchronised (the
+///   gradient all-reduce is a barrier), so an iteration lasts as long as its slowest group.
+///
+/// ```
+/// auto bucket = dcp::bucket_planner{}.tune(cost, dataset);  // picks sp on the whole dataset
+/// dcp::plan p = bucket.plan(cost, batch);
+/// ```
+/// An untuned planner (`sp == 0`) tunes itself on each batch it plans.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dcp/bucketing/geometric_bucketing.hpp>
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/plan/tuning.hpp>
+#include <dcp/recompute/full_recompute.hpp>
+#include <dcp/recompute/recompute_concepts.hpp>
+#include <dcp/sample/random.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// How `bucket_planner` groups sequences into buckets.
+enum class bucket_keys {
+  automatic,  ///< `shape` when the data holds a video (frames > 1), else `tokens`
+  shape,      ///< one bucket per distinct (T, S), as Open-Sora's resolution x frames buckets
+  tokens,     ///< geometric token buckets (`bucket_planner::token_buckets`), for 1D text
+};
+
+inline const char* to_string(bucket_keys k) noexcept {
+  switch (k) {
+    case bucket_keys::automatic: return "automatic";
+    case bucket_keys::shape: return "shape";
+    case bucket_keys::tokens: return "tokens";
+  }
+  return "?";
+}
+
+/// One bucket as `bucket_planner` sizes it on a fixed sp.
+struct bucket_info {
+  std::int64_t key_frames = 0;   ///< T of a shape bucket; 0 for a token bucket
+  std::int64_t key_spatial = 0;  ///< S of a shape bucket; the bucket index of a token bucket
+  sequence representative;       ///< the shape that sizes the bucket (its largest member shape)
+  std::int64_t members = 0;      ///< sequences of the data in the bucket
+  std::int64_t max_batch = 0;    ///< bs: most copies of the representative that fit memory
+  double time_s = 0;             ///< t_bucket: time of a micro-batch of bs representatives
+  friend bool operator==(const bucket_info&, const bucket_info&) = default;
+};
+
+struct bucket_planner {
+  using policy_concept = planner_tag;
+
+  int sp = 0;                         ///< the fixed sp; 0 = tune on each batch
+  double median_bucket_time_s = 0;    ///< t_median over the dataset's buckets; 0 = from the batch
+  bucket_keys keys = bucket_keys::automatic;
+  geometric_bucketing token_buckets{};  ///< edges of the 1D token buckets
+  std::uint64_t seed = 0;               ///< shuffles the micro-batches of each batch
+  loss_normalization loss = loss_normalization::token_mean;
+  infeasible_policy on_infeasible = infeasible_policy::error;
+
+  std::string name() const { return "bucket"; }
+
+  /// `keys` with `automatic` resolved for `data`.
+  bucket_keys resolved_keys(std::span<const sequence> data) const noexcept {
+    if (keys != bucket_keys::automatic) return keys;
+    for (const auto& s : data)
+      if (s.frames > 1) return bucket_keys::shape;
+    return bucket_keys::tokens;
+  }
+
+  /// The bucket key of `s` under resolved keys `k`: (T, S), or (0, token bucket index).
+  std::pair<std::int64_t, std::int64_t> key_of(const sequence& s, bucket_keys k) const noexcept {
+    if (k == bucket_keys::shape) return {s.frames, s.spatial};
+    return {0, static_cast<std::int64_t>(token_buckets.bucket_of(s.shape_tokens()))};
+  }
+
+  /// The buckets of `data` sized on group size `on_sp` (ascending key). A shape bucket is sized on
+  /// its shape; a token bucket on its upper edge, or on its longest member when the edge itself
+  /// does not fit.
+  template <cost_model C>
+  std::vector<bucket_info> buckets(const C& cost, std::span<const sequence> data, int on_sp) const {
+    const bucket_keys k = resolved_keys(data);
+    std::map<std::pair<std::int64_t, std::int64_t>, bucket_info> by_key;
+    for (const auto& s : data) {
+      const auto key = key_of(s, k);
+      auto [it, fresh] = by_key.try_emplace(key);
+      bucket_info& b = it->second;
+      if (fresh) {
+        b.key_frames = key.first, b.key_spatial = key.second;
+        b.representative = s;
+      } else if (cost.tokens_of(s) > cost.tokens_of(b.representative)) {
+        b.representative = s;  // longest member, the fallback representative of a token bucket
+      }
+      ++b.members;
+    }
+    std::vector<bucket_info> out;
+    out.reserve(by_key.size());
+    const int L = cost.blocks();
+    for (auto& [key, b] : by_key) {
+      if (k == bucket_keys::tokens) {
+        const sequence edge = make_sequence(0, token_buckets.representative(static_cast<std::size_t>(key.second)));
+        if (edge.spatial >= b.representative.spatial && fits_checkpointed(cost, edge, on_sp)) b.representative = edge;
+      }
+      b.representative.id = 0;
+      const auto one = cost.load_of(b.representative);
+      b.max_batch = max_copies(cost, one, on_sp, L);
+      b.time_s = cost.time(repeated_load<C>(one, std::max<std::int64_t>(b.max_batch, 1)), on_sp, L);
+      out.push_back(b);
+    }
+    return out;
+  }
+
+  /// t_median: the median bucket time of `data` on `on_sp` (the upper median for an even count).
+  template <cost_model C>
+  double median_time(const C& cost, std::span<const sequence> data, int on_sp) const {
+    auto bs = buckets(cost, data, on_sp);
+    if (bs.empty()) return 0;
+    std::vector<double> t;
+    t.reserve(bs.size());
+    for (const auto& b : bs) t.push_back(b.time_s);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+
+  /// The scaled batch size of a bucket: bs' = max(1, floor(bs * t_median / t_bucket)), <= bs.
+  static std::int64_t scaled_batch(const bucket_info& b, double t_median) noexcept {
+    if (b.max_batch <= 1) return 1;
+    const double scaled = std::floor(static_cast<double>(b.max_batch) * t_median / b.time_s);
+    return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(scaled, 1e15)), 1, b.max_batch);
+  }
+
+  /// Returns a copy tuned on the whole dataset `data`: `keys` resolved, `sp` the fastest
+  /// candidate over one epoch of global batches of `budget` tokens (0 = 262144 * N) drawn with
+  /// `sampler_seed`, and `median_bucket_time_s` from the dataset's buckets.
+  template <cost_model C>
+  bucket_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
+                      std::uint64_t sampler_seed = 0) const {
+    std::vector<skipped_sequence> skipped;
+    const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
+    const auto batches = epoch_batches(cost, dataset(data.begin(), data.end()), budget, sampler_seed);
+    return tuned(cost, feasible, batches);
+  }
+
+  /// Plans one global batch. Every step checkpoints all blocks, as the real system does; the
+  /// recompute policy is accepted for the `planner` concept and not used.
+  template <cost_model C, class Recompute = full_recompute>
+    requires recompute_policy<Recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
+    std::vector<skipped_sequence> skipped;
+    if (sp == 0) {
+      const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
+      if (feasible.empty()) return empty_plan(cost, std::move(skipped));
+      return tuned(cost, feasible, {feasible}).plan(cost, batch);
+    }
+    const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
+    plan_builder<C> builder(cost, name());
+    builder.skip(std::move(skipped));
+    if (seqs.empty()) return std::move(builder).finish(seqs, loss);
+
+    auto micro = micro_batches(cost, seqs);
+    xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
+    fisher_yates(std::span<std::vector<sequence>>(micro), g);
+    deal_synchronised(builder, cost, micro, sp, cost.blocks());
+    return std::move(builder).finish(seqs, loss);
+  }
+
+  /// The micro-batches of `seqs` (each sequence fits alone on `sp`), bucket by bucket in key
+  /// order, each bucket cut into runs of its scaled batch size in the given order (cut earlier
+  /// if a run of a token bucket would not fit memory).
+  template <cost_model C>
+  std::vector<std::vector<sequence>> micro_batches(const C& cost, std::span<const sequence> seqs) const {
+    const bucket_keys k = resolved_keys(seqs);
+    const auto info = buckets(cost, seqs, sp);
+    const double t_median = median_bucket_time_s > 0 ? median_bucket_time_s : median_time(cost, seqs, sp);
+    std::map<std::pair<std::int64_t, std::int64_t>, std::vector<sequence>> members;
+    for (const auto& s : seqs) members[key_of(s, k)].push_back(s);
+    std::vector<std::vector<sequence>> out;
+    std::size_t b = 0;
+    for (auto& [key, list] : members) {
+      const std::int64_t size = scaled_batch(info[b++], t_median);
+      std::vector<sequence> current;
+      typename C::load_type load{};
+      for (const auto& s : list) {
+        const auto next = load + cost.load_of(s);
+        if (!current.empty() && (static_cast<std::int64_t>(current.size()) >= size ||
+                                 cost.memory(next, sp, cost.blocks()) > cost.capacity())) {
+          out.push_back(std::move(current));
+          current.clear();
+          load = cost.load_of(s);
+        } else {
+          load = next;
+        }
+        current.push_back(s);
+      }
+      if (!current.empty()) out.push_back(std::move(current));
+    }
+    return out;
+  }
+
+  friend bool operator==(const bucket_planner&, const bucket_planner&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const bucket_planner& p) {
+    return os << "bucket_planner{sp=" << p.sp << ", median_bucket_time_s=" << p.median_bucket_time_s
+              << ", keys=" << to_string(p.keys) << ", " << p.token_buckets << ", seed=" << p.seed
+              << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
+              << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
+  }
+
+ private:
+  template <cost_model C>
+  bucket_planner tuned(const C& cost, std::span<const sequence> feasible,
+                       const std::vector<std::vector<sequence>>& batches) const {
+    bucket_planner base = *this;
+    base.keys = resolved_keys(feasible);
+    auto configure = [&](int candidate) {
+      bucket_planner p = base;
+      p.sp = candidate;
+      p.median_bucket_time_s = p.median_time(cost, feasible, candidate);
+      return p;
+    };
+    return configure(tune_fixed_sp(cost, feasible, batches, configure).sp);
+  }
+
+  template <cost_model C>
+  dcp::plan empty_plan(const C& cost, std::vector<skipped_sequence> skipped) const {
+    plan_builder<C> builder(cost, name());
+    builder.skip(std::move(skipped));
+    return std::move(builder).finish(std::span<const sequence>{}, loss);
+  }
+};
+
+static_assert(planner<bucket_planner>);
+
+}  // namespace dcp

@@ -1,0 +1,174 @@
+#pragma once
+/// \file
+/// `packed_planner`: sequence packing on a fixed sp, the second static baseline of DESIGN
+/// section 3 ("Baselines").
+///
+/// - One sp for the whole run, tuned on the workload exactly as `bucket_planner` tunes it
+///   (`tune`); every step checkpoints all blocks.
+/// - Each global batch is packed first-fit-decreasing (by tokens) into micro-batches holding up
+///   to the largest token count that fits one step with every block checkpointed.
+/// - Micro-batches are dealt one per data-parallel group (N / sp groups) per iteration, in
+///   packing order (consecutive bins hold similar sequences, which keeps iterations balanced);
+///   iterations are synchronised, so an iteration lasts as long as its slowest group.
+///
+/// An untuned planner (`sp == 0`) tunes itself on each batch it plans.
+
+#include <algorithm>
+#include <cstdint>
+#include <ostream>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/plan/tuning.hpp>
+#include <dcp/recompute/full_recompute.hpp>
+#include <dcp/recompute/recompute_concepts.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+namespace detail {
+
+// First fit in O(log bins): a max tree over the room left in every bin (unopened bins are
+// empty), so the leftmost bin with room for an item is one descent.
+class first_fit_bins {
+ public:
+  first_fit_bins(std::size_t max_bins, std::int64_t capacity) : capacity_(capacity) {
+    while (leaves_ < std::max<std::size_t>(max_bins, 1)) leaves_ *= 2;
+    room_.assign(2 * leaves_, capacity);
+  }
+  // Index of the leftmost bin with at least `size` room (`size <= capacity`), and takes the room.
+  std::size_t put(std::int64_t size) {
+    std::size_t node = 1;
+    while (node < leaves_) node = room_[2 * node] >= size ? 2 * node : 2 * node + 1;
+    room_[node] -= size;
+    for (std::size_t n = node / 2; n >= 1; n /= 2) room_[n] = std::max(room_[2 * n], room_[2 * n + 1]);
+    return node - leaves_;
+  }
+  std::int64_t capacity() const noexcept { return capacity_; }
+
+ private:
+  std::int64_t capacity_;
+  std::size_t leaves_ = 1;
+  std::vector<std::int64_t> room_;
+};
+
+}  // namespace detail
+
+struct packed_planner {
+  using policy_concept = planner_tag;
+
+  int sp = 0;  ///< the fixed sp; 0 = tune on each batch
+  loss_normalization loss = loss_normalization::token_mean;
+  infeasible_policy on_infeasible = infeasible_policy::error;
+
+  std::string name() const { return "packed"; }
+
+  /// Returns a copy with `sp` tuned on the whole dataset `data` (see `bucket_planner::tune`).
+  template <cost_model C>
+  packed_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
+                      std::uint64_t sampler_seed = 0) const {
+    std::vector<skipped_sequence> skipped;
+    const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
+    const auto batches = epoch_batches(cost, dataset(data.begin(), data.end()), budget, sampler_seed);
+    return tuned(cost, feasible, batches);
+  }
+
+  /// Plans one global batch (all blocks checkpointed; the recompute policy is not used).
+  template <cost_model C, class Recompute = full_recompute>
+    requires recompute_policy<Recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
+    std::vector<skipped_sequence> skipped;
+    if (sp == 0) {
+      const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
+      if (feasible.empty()) {
+        plan_builder<C> builder(cost, name());
+        builder.skip(std::move(skipped));
+        return std::move(builder).finish(feasible, loss);
+      }
+      return tuned(cost, feasible, {feasible}).plan(cost, batch);
+    }
+    const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
+    plan_builder<C> builder(cost, name());
+    builder.skip(std::move(skipped));
+    if (!seqs.empty()) deal_synchronised(builder, cost, micro_batches(cost, seqs), sp, cost.blocks());
+    return std::move(builder).finish(seqs, loss);
+  }
+
+  /// The micro-batches of `seqs` (each fits alone on `sp`): first-fit decreasing by tokens into
+  /// bins of `step_token_capacity(cost, sp, L)` tokens; a bin whose memory the cost model prices
+  /// over capacity (never for the analytic model) is re-cut next-fit.
+  template <cost_model C>
+  std::vector<std::vector<sequence>> micro_batches(const C& cost, std::span<const sequence> seqs) const {
+    const int L = cost.blocks();
+    std::vector<std::pair<std::int64_t, std::size_t>> order;  // (tokens, index), decreasing
+    order.reserve(seqs.size());
+    for (std::size_t i = 0; i < seqs.size(); ++i) order.emplace_back(cost.tokens_of(seqs[i]), i);
+    std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : seqs[a.second].id < seqs[b.second].id;
+    });
+    const std::int64_t cap = std::max(step_token_capacity(cost, sp, L), order.empty() ? 1 : order.front().first);
+    detail::first_fit_bins bins(seqs.size(), cap);
+    std::vector<std::vector<sequence>> packed;
+    for (const auto& [tokens, i] : order) {
+      const std::size_t b = bins.put(tokens);
+      if (b >= packed.size()) packed.resize(b + 1);
+      packed[b].push_back(seqs[i]);
+    }
+    std::vector<std::vector<sequence>> out;
+    out.reserve(packed.size());
+    for (auto& bin : packed) {
+      typename C::load_type load{};
+      for (const auto& s : bin) load = load + cost.load_of(s);
+      if (cost.memory(load, sp, L) <= cost.capacity()) {
+        out.push_back(std::move(bin));
+        continue;
+      }
+      std::vector<sequence> current;
+      load = {};
+      for (const auto& s : bin) {
+        const auto next = load + cost.load_of(s);
+        if (!current.empty() && cost.memory(next, sp, L) > cost.capacity()) {
+          out.push_back(std::move(current));
+          current.clear();
+          load = cost.load_of(s);
+        } else {
+          load = next;
+        }
+        current.push_back(s);
+      }
+      out.push_back(std::move(current));
+    }
+    return out;
+  }
+
+  friend bool operator==(const packed_planner&, const packed_planner&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const packed_planner& p) {
+    return os << "packed_planner{sp=" << p.sp
+              << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
+              << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
+  }
+
+ private:
+  template <cost_model C>
+  packed_planner tuned(const C& cost, std::span<const sequence> feasible,
+                       const std::vector<std::vector<sequence>>& batches) const {
+    auto configure = [this](int candidate) {
+      packed_planner p = *this;
+      p.sp = candidate;
+      return p;
+    };
+    return configure(tune_fixed_sp(cost, feasible, batches, configure).sp);
+  }
+};
+
+static_assert(planner<packed_planner>);
+
+}  // namespace dcp

@@ -1,0 +1,209 @@
+#pragma once
+/// \file
+/// What the fixed-sp baselines (`bucket_planner`, `packed_planner`) share (DESIGN section 3,
+/// "Baselines"): the epoch of global batches a user tunes on, the sp values that hold every
+/// sequence with all blocks checkpointed, the token capacity of a step, synchronised dealing of
+/// micro-batches one per data-parallel group per iteration, and `tune_fixed_sp`, which simulates
+/// every candidate sp on the workload and keeps the fastest, as a user tuning a static system
+/// would.
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/sample/token_budget_sampler.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// One epoch of `data` cut into global batches of at most `budget` model tokens
+/// (`cost.tokens_of`; 0 = the default 262144 * N) by `token_budget_sampler` with `seed`.
+/// Every method of a comparison plans exactly these batches.
+template <cost_model C>
+std::vector<std::vector<sequence>> epoch_batches(const C& cost, dataset data, std::int64_t budget = 0,
+                                                 std::uint64_t seed = 0) {
+  if (budget == 0) budget = default_global_batch_tokens(cost.gpus());
+  token_budget_sampler s(std::move(data), budget, seed, [&cost](const sequence& q) { return cost.tokens_of(q); });
+  const std::int64_t count = s.batches_in_epoch(0);
+  std::vector<std::vector<sequence>> out;
+  out.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) out.push_back(s.next().sequences);
+  return out;
+}
+
+/// The load of `count` copies of `one` (double-and-add: a `load_type` only adds).
+template <cost_model C>
+typename C::load_type repeated_load(const typename C::load_type& one, std::int64_t count) {
+  typename C::load_type out{}, power = one;
+  for (; count > 0; count >>= 1) {
+    if (count & 1) out = out + power;
+    power = power + power;
+  }
+  return out;
+}
+
+/// The most copies of `one` that fit one step on `sp` GPUs with `k` checkpointed blocks
+/// (0 when not even one fits).
+template <cost_model C>
+std::int64_t max_copies(const C& cost, const typename C::load_type& one, int sp, int k) {
+  auto fits = [&](std::int64_t b) { return cost.memory(repeated_load<C>(one, b), sp, k) <= cost.capacity(); };
+  if (!fits(1)) return 0;
+  std::int64_t lo = 1, hi = 2;
+  while (hi < (std::int64_t{1} << 40) && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+/// The largest token total (as `cost.tokens_of` counts it) of one step on `sp` GPUs with `k`
+/// checkpointed blocks, found on a single 1D sequence (memory depends on tokens, not on how they
+/// split into sequences, in every shipped model). 0 when nothing fits.
+template <cost_model C>
+std::int64_t step_token_capacity(const C& cost, int sp, int k) {
+  auto fits = [&](std::int64_t n) { return cost.memory(cost.load_of(make_sequence(0, n)), sp, k) <= cost.capacity(); };
+  if (!fits(1)) return 0;
+  std::int64_t lo = 1, hi = 2;
+  while (hi < max_shape_tokens && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return cost.tokens_of(make_sequence(0, lo));
+}
+
+/// x_max: the most tokens per GPU any feasible step holds (all blocks checkpointed). The cost
+/// model's own value when it has one (`analytic_cost::max_tokens_per_gpu`), else measured.
+template <cost_model C>
+double max_tokens_per_gpu(const C& cost) {
+  if constexpr (requires { { cost.max_tokens_per_gpu() } -> std::convertible_to<double>; })
+    return cost.max_tokens_per_gpu();
+  else
+    return static_cast<double>(step_token_capacity(cost, 1, cost.blocks()));
+}
+
+/// True when `s` runs alone on `sp` GPUs with every block checkpointed.
+template <cost_model C>
+bool fits_checkpointed(const C& cost, const sequence& s, int sp) {
+  return cost.memory(cost.load_of(s), sp, cost.blocks()) <= cost.capacity();
+}
+
+/// The legal sp sizes on which every sequence of `data` fits alone with all blocks
+/// checkpointed, ascending: the choices of a user who fixes one sp for the whole run.
+template <cost_model C>
+std::vector<int> fixed_sp_candidates(const C& cost, std::span<const sequence> data) {
+  // Memory grows with a sequence's load; the largest one decides (checked for all, to stay exact).
+  std::vector<int> out;
+  for (int sp : legal_sp_sizes(cost)) {
+    bool all = true;
+    for (const auto& s : data)
+      if (!fits_checkpointed(cost, s, sp)) {
+        all = false;
+        break;
+      }
+    if (all) out.push_back(sp);
+  }
+  return out;
+}
+
+/// The sequences of `batch` a fixed-sp planner with group size `sp` can run, sorted by id (a
+/// plan must not depend on the order a rank received its batch in). A sequence that fits no
+/// configuration at all, or none at this sp (the sp was tuned on data without it), is an error
+/// naming it, or skipped and listed under `infeasible_policy::skip`.
+template <cost_model C>
+std::vector<sequence> fixed_sp_sequences(const C& cost, std::span<const sequence> batch, int sp,
+                                         infeasible_policy policy, std::vector<skipped_sequence>& skipped) {
+  check(legal_sp(cost, sp), errc::invalid_argument, [&] {
+    return "sp = " + std::to_string(sp) + " is not legal on " + std::to_string(cost.gpus()) + " GPUs with " +
+           std::to_string(cost.heads()) + " heads (a power of two <= N dividing the heads)";
+  });
+  std::vector<sequence> all = feasible_sequences(cost, batch, policy, skipped), out;
+  out.reserve(all.size());
+  for (const auto& s : all) {
+    if (fits_checkpointed(cost, s, sp)) {
+      out.push_back(s);
+      continue;
+    }
+    const std::string why = "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) +
+                            " tokens does not fit the fixed sp = " + std::to_string(sp) +
+                            " with every block checkpointed; tune the planner on a dataset that contains it";
+    if (policy == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
+    else throw error(errc::infeasible, why);
+  }
+  std::sort(out.begin(), out.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+  return out;
+}
+
+/// A 64-bit digest of a batch's ids (in the given order), to seed per-batch randomness so that
+/// the same batch gets the same plan on every rank.
+inline std::uint64_t batch_digest(std::span<const sequence> batch) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& s : batch) {
+    h ^= static_cast<std::uint64_t>(s.id);
+    h *= 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+/// Runs `micro` (micro-batches, in order) as a static data-parallel system does: D = N / sp
+/// data-parallel groups (aligned blocks of sp ranks; ranks past D * sp stay idle), one
+/// micro-batch per group per iteration, every iteration starting when the previous one's slowest
+/// group finishes (the gradient all-reduce is a barrier). Every step checkpoints `k` blocks.
+template <cost_model C>
+void deal_synchronised(plan_builder<C>& builder, const C& cost, const std::vector<std::vector<sequence>>& micro,
+                       int sp, int k) {
+  const int groups = std::max(1, cost.gpus() / sp);
+  double iteration_start = 0;
+  for (std::size_t first = 0; first < micro.size(); first += static_cast<std::size_t>(groups)) {
+    double iteration_end = iteration_start;
+    for (int g = 0; g < groups && first + static_cast<std::size_t>(g) < micro.size(); ++g) {
+      const auto& mb = micro[first + static_cast<std::size_t>(g)];
+      iteration_end = std::max(iteration_end, builder.place(builder.make_step(mb, rank_block{g * sp, sp}, k), iteration_start));
+    }
+    iteration_start = iteration_end;
+  }
+}
+
+/// The outcome of tuning a fixed sp: the sp chosen and the epoch seconds of every candidate.
+struct fixed_sp_tuning {
+  int sp = 0;
+  std::vector<std::pair<int, double>> seconds;  ///< (sp, summed makespans of the epoch), ascending sp
+  friend bool operator==(const fixed_sp_tuning&, const fixed_sp_tuning&) = default;
+};
+
+/// Tunes a fixed-sp planner as a user would: every sp of `fixed_sp_candidates(cost, data)` is
+/// simulated on `batches` with the planner `configure(sp)` returns, and the one with the highest
+/// throughput (the smallest summed makespan, every candidate running the same tokens) wins; ties
+/// go to the smaller sp. Throws `dcp::error` when no legal sp holds every sequence.
+template <cost_model C, class Configure>
+fixed_sp_tuning tune_fixed_sp(const C& cost, std::span<const sequence> data,
+                              const std::vector<std::vector<sequence>>& batches, Configure configure) {
+  const auto candidates = fixed_sp_candidates(cost, data);
+  check(!candidates.empty(), errc::infeasible, [&] {
+    return "no legal sp holds every sequence of the dataset with all blocks checkpointed on " +
+           std::to_string(cost.gpus()) + " GPUs; use more GPUs or memory";
+  });
+  fixed_sp_tuning out;
+  double best = std::numeric_limits<double>::infinity();
+  for (int sp : candidates) {
+    const auto planner = configure(sp);
+    double seconds = 0;
+    for (const auto& b : batches) seconds += planner.plan(cost, std::span<const sequence>(b)).makespan_s;
+    out.seconds.emplace_back(sp, seconds);
+    if (seconds < best) best = seconds, out.sp = sp;
+  }
+  return out;
+}
+
+}  // namespace dcp
