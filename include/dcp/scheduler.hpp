@@ -1,0 +1,206 @@
+#pragma once
+/// \file
+/// `dcp::scheduler<Model, Comm, Policies>`: the one type a training loop talks to.
+///
+/// \code
+/// dcp::scheduler sched(dcp::models::llama3_8b(), world, dcp::scheduler_options{});
+/// sched.set_dataset(my_lengths);                      // ids + shapes
+/// for (int it = 0; it < iters; ++it) {
+///   auto batch = sched.sampler().next();              // same on every rank
+///   auto plan = sched.plan(batch.sequences);          // no communication
+///   sched.verify(plan);                               // one all-reduce: ranks agree
+///   for (auto& step : sched.steps_for(plan))          // this rank's micro-steps, in order
+///     train_micro_step(step.sequences, step.comm(), step.checkpointed_blocks);  // loss *= weights
+///   world.all_reduce(gradients, dcp::reduce_op::sum); // then the optimizer step
+/// }
+/// \endcode
+///
+/// The plan is a pure function of the batch, the model, the options and the policies, so every
+/// rank computes it alone; `verify` checks they agree before any step runs. Each micro-step
+/// carries its group's communicator (created once per block size and cached), its checkpointed
+/// blocks and the loss weight of each sequence: scale each sequence's summed token loss by its
+/// weight, do not average per rank, and the all-reduced SUM of gradients is exactly the
+/// full-batch gradient whatever the plan.
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dcp/comm/comm_concepts.hpp>
+#include <dcp/cost/analytic.hpp>
+#include <dcp/cost/device.hpp>
+#include <dcp/error.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/group_cache.hpp>
+#include <dcp/model/model_concepts.hpp>
+#include <dcp/model/transformer.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/policies.hpp>
+#include <dcp/sample/token_budget_sampler.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// Run-time settings of a scheduler. Zero means "from the device".
+struct scheduler_options {
+  device_spec device = devices::h200();  ///< device preset (or a measured one)
+  int gpus_per_node = 0;                 ///< G; 0: device.gpus_per_node
+  double memory_capacity_bytes = 0;      ///< C per GPU; 0: device.mem_bytes * device.usable
+  loss_normalization loss = loss_normalization::token_mean;
+  infeasible_policy on_infeasible = infeasible_policy::error;
+  std::int64_t global_batch_tokens = 0;  ///< sampler budget; 0: 262144 * N
+  std::uint64_t seed = 0;                ///< sampler shuffle seed (same on every rank)
+
+  friend bool operator==(const scheduler_options&, const scheduler_options&) = default;
+};
+
+/// How a scheduler builds its cost model from the model, the options' device and N.
+/// Specialise for a cost model that needs more (a profile, a fit).
+template <class Cost>
+struct cost_factory;
+
+template <>
+struct cost_factory<analytic_cost> {
+  template <class Model>
+  static analytic_cost make(const Model& model, const device_spec& device, int gpus) {
+    return make_analytic_cost(transformer_spec(model), device, gpus);
+  }
+};
+
+/// One micro-step of this rank: what to run, with whom, and how to weight it.
+template <class Comm>
+struct micro_step {
+  std::size_t index = 0;      ///< position of the step in `plan::steps`
+  rank_block ranks;           ///< the step's group (world ranks)
+  int group_rank = 0;         ///< this rank's position in the group (its token shard)
+  int checkpointed_blocks = 0;
+  double start_s = 0, time_s = 0;  ///< on the cost model's clock
+  std::span<const planned_sequence> sequences;  ///< with `loss_weight`
+  Comm* group = nullptr;      ///< the group's communicator (cached by the scheduler)
+
+  int sp() const noexcept { return ranks.size; }
+  Comm& comm() const noexcept { return *group; }
+};
+
+template <model_spec Model, communicator Comm, class Policies = default_policies>
+class scheduler {
+  static_assert(Policies::valid, "dcp::scheduler: the policy bundle is invalid (see the static_assert above)");
+
+ public:
+  using model_type = Model;
+  using comm_type = Comm;
+  using policies_type = Policies;
+  using cost_type = typename Policies::template at<slot::cost>;
+  using groups_type = typename Policies::template at<slot::groups>;
+
+  /// Builds the cost model for `world.size()` GPUs. `world` must outlive the scheduler.
+  scheduler(Model model, Comm& world, scheduler_options options = {}, Policies policies = {})
+      : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
+        cost_(make_cost()), groups_(world, make_groups()) {
+    if constexpr (requires { policies_.planner.loss; }) policies_.planner.loss = options_.loss;
+    if constexpr (requires { policies_.planner.on_infeasible; }) policies_.planner.on_infeasible = options_.on_infeasible;
+  }
+
+  const Model& model() const noexcept { return model_; }
+  const cost_type& cost() const noexcept { return cost_; }
+  const Policies& policies() const noexcept { return policies_; }
+  const scheduler_options& options() const noexcept { return options_; }
+  Comm& world() const noexcept { return *world_; }
+  /// The cached group communicators (creation times, entries).
+  const group_cache<Comm, groups_type>& groups() const noexcept { return groups_; }
+
+  /// Plans a global batch. Pure: no communication, same result on every rank.
+  dcp::plan plan(std::span<const sequence> batch) const {
+    return policies_.planner.plan(cost_, batch, policies_.recompute);
+  }
+
+  /// Collective: checks with one all-reduce that every rank holds the same plan; throws
+  /// `dcp::error` (errc::mismatch) on every rank otherwise, before any step runs.
+  void verify(const dcp::plan& p) const {
+    const std::uint64_t h = p.hash();
+    std::uint64_t v[2] = {h, ~h};  // max(h) == h and max(~h) == ~h on all ranks iff all h are equal
+    world_->all_reduce(std::span<std::uint64_t>(v), reduce_op::max);
+    if (v[0] != h || v[1] != ~h) {
+      std::ostringstream os;
+      os << "plan mismatch: rank " << world_->rank() << " planned hash 0x" << std::hex << h
+         << " but another rank planned a different batch or settings; start every rank with the same seed, "
+            "dataset, options and policies";
+      throw error(errc::mismatch, os.str());
+    }
+  }
+
+  /// Collective (creates group communicators the first time a size is used): this rank's
+  /// micro-steps of `p`, in execution order.
+  std::vector<micro_step<Comm>> steps_for(const dcp::plan& p) {
+    check(p.gpus == world_->size(), errc::mismatch, [&] {
+      return "plan for " + std::to_string(p.gpus) + " GPUs given to a world of " + std::to_string(world_->size()) +
+             " ranks; plan with this scheduler";
+    });
+    std::vector<int> sizes;
+    for (const auto& s : p.steps) sizes.push_back(s.sp());
+    groups_.prepare(sizes);
+    std::vector<micro_step<Comm>> out;
+    const int rank = world_->rank();
+    for (std::size_t i : p.steps_of(rank)) {
+      const auto& s = p.steps[i];
+      out.push_back({i, s.ranks, rank - s.ranks.first, s.checkpointed_blocks, s.start_s, s.time_s,
+                     std::span<const planned_sequence>(s.sequences), &groups_.comm_for(s.ranks)});
+    }
+    return out;
+  }
+
+  /// Sets the dataset the sampler draws global batches from (budget and seed from the options;
+  /// tokens counted as the model sees them).
+  void set_dataset(dataset data) {
+    const std::int64_t budget =
+        options_.global_batch_tokens > 0 ? options_.global_batch_tokens : default_global_batch_tokens(world_->size());
+    sampler_.emplace(std::move(data), budget, options_.seed, [c = cost_](const sequence& s) { return c.tokens_of(s); });
+  }
+  /// The sampler (after `set_dataset`): identical on every rank, resumable from its state.
+  token_budget_sampler& sampler() {
+    check(sampler_.has_value(), errc::invalid_argument,
+          [] { return std::string("scheduler::sampler(): no dataset; call set_dataset() first"); });
+    return *sampler_;
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const scheduler& s) {
+    return os << "scheduler{world=" << s.world_->size() << ", " << s.cost_ << ", " << s.policies_ << "}";
+  }
+
+ private:
+  device_spec job_device() const {
+    device_spec d = options_.device;
+    if (options_.gpus_per_node > 0) d.gpus_per_node = options_.gpus_per_node;
+    if (options_.memory_capacity_bytes > 0) d.usable = options_.memory_capacity_bytes / d.mem_bytes;
+    return d;
+  }
+  cost_type make_cost() const {
+    check(world_->valid() && world_->size() > 0, errc::invalid_argument,
+          [] { return std::string("scheduler: the world communicator is null; pass a valid communicator"); });
+    check(options_.memory_capacity_bytes <= options_.device.mem_bytes, errc::invalid_argument, [&] {
+      return "memory_capacity_bytes = " + std::to_string(options_.memory_capacity_bytes) + " exceeds the device's " +
+             std::to_string(options_.device.mem_bytes) + " bytes; set device.mem_bytes to the real HBM size";
+    });
+    return cost_factory<cost_type>::make(model_, job_device(), world_->size());
+  }
+  groups_type make_groups() const {
+    groups_type g = policies_.groups;
+    if constexpr (std::is_same_v<groups_type, buddy_groups>) g = buddy_groups{world_->size(), job_device().gpus_per_node};
+    return g;
+  }
+
+  Model model_;
+  Comm* world_;
+  scheduler_options options_;
+  Policies policies_;
+  cost_type cost_;
+  group_cache<Comm, groups_type> groups_;
+  std::optional<token_budget_sampler> sampler_;
+};
+
+}  // namespace dcp
