@@ -157,7 +157,8 @@ class dcp_planning {
       estimate(it);
       total += it.estimate;
     }
-    const double share = total / cost_.gpus();
+    share_ = total / cost_.gpus();
+    const double share = share_;
     for (auto& it : items_) {
       if (it.options[it.choice].time_s <= share) continue;
       std::size_t pick = it.choice;
@@ -199,7 +200,9 @@ class dcp_planning {
       bool placed = false;
       if (fits_preferred(it.load, sp)) {
         for (auto& g : steps) {
-          if (fits_preferred(g.load + it.load, sp)) {
+          // Gang steps also stay within the fair share: a merged step must not set the makespan.
+          if (fits_preferred(g.load + it.load, sp) &&
+              (sp == 1 || cost_.time(g.load + it.load, sp, k_pref_[sp_index(sp)]) <= share_)) {
             g.members.push_back(m);
             g.load = g.load + it.load;
             placed = true;
@@ -416,6 +419,7 @@ class dcp_planning {
   std::vector<int> sps_;
   std::vector<int> k_pref_;
   std::int64_t step_cap_ = 1;
+  double share_ = 0;  // GPU-seconds of the batch per GPU: no single step should outlast it
 };
 
 }  // namespace detail
