@@ -21,12 +21,17 @@
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/sequence_options.hpp>
+#include <dcp/plan/tuning.hpp>
+#include <dcp/policies.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
@@ -34,6 +39,7 @@
 #include <dcp/sample/random.hpp>
 #include <dcp/sample/sample_concepts.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
+#include <dcp/scheduler.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/workload/embedded.hpp>
 #include <dcp/workload/lengths_file.hpp>
