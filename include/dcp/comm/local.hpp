@@ -98,6 +98,7 @@ class local_hub {
   std::vector<char> present_;
   std::vector<detail::local_post> posts_;     // being filled for the current generation
   std::vector<detail::local_post> snapshot_;  // the completed generation, read after the rendezvous
+  std::vector<std::vector<std::size_t>> counts_store_;  // the snapshot's count arrays (all_to_all_v)
   std::vector<std::shared_ptr<local_hub>> split_result_;  // by old rank, for the completed split
   std::vector<std::weak_ptr<local_hub>> children_all_;
   bool aborted_ = false;
@@ -353,6 +354,17 @@ class local_comm {
     hub_->posts_[size_t(rank_)] = p;
     wait_all(lk, what, dl, [&] {
       hub_->snapshot_ = hub_->posts_;
+      // Count arrays are copied into the hub: a rank that fails the checks may return (and free
+      // them) while its peers still read them.
+      auto& store = hub_->counts_store_;
+      store.resize(hub_->snapshot_.size());
+      for (size_t r = 0; r < store.size(); ++r) {
+        auto& m = hub_->snapshot_[r].meta;
+        store[r].assign(m.send_counts, m.send_counts + (m.send_counts ? m.send_counts_size : 0));
+        store[r].insert(store[r].end(), m.recv_counts, m.recv_counts + (m.recv_counts ? m.recv_counts_size : 0));
+        if (m.send_counts) m.send_counts = store[r].data();
+        if (m.recv_counts) m.recv_counts = store[r].data() + m.send_counts_size;
+      }
       if (complete) complete();
     });
   }
