@@ -1,0 +1,99 @@
+#pragma once
+/// \file
+/// The methods a comparison runs, by name: `dcp`, `dcp-no-inter`, `dcp-no-intra` (and
+/// `dcp-no-inter-no-intra`), `bucket`, `packed`, `dynamic_cp`. `with_method` builds the planner a
+/// name stands for, tunes it on the dataset when the method is a tuned static system (bucket,
+/// packed), and hands it to a callable; `run_method` simulates it.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/sequence.hpp>
+#include <dcp/sim/simulator.hpp>
+
+namespace dcp::sim {
+
+/// Every method name `with_method` accepts.
+inline constexpr std::array<std::string_view, 7> method_names{
+    "dcp", "dcp-no-inter", "dcp-no-intra", "dcp-no-inter-no-intra", "bucket", "packed", "dynamic_cp"};
+
+/// The methods of the default comparison (DESIGN section 7, issue 3).
+inline constexpr std::array<std::string_view, 6> default_methods{"dcp",    "dcp-no-inter", "dcp-no-intra",
+                                                                  "bucket", "packed",       "dynamic_cp"};
+
+/// Throws `dcp::error(errc::invalid_argument)` listing the valid names unless `name` is one.
+inline void validate_method(std::string_view name) {
+  if (std::find(method_names.begin(), method_names.end(), name) != method_names.end()) return;
+  std::string list;
+  for (auto n : method_names) list += (list.empty() ? "" : ", ") + std::string(n);
+  throw error(errc::invalid_argument, "unknown method '" + std::string(name) + "'; use one of " + list);
+}
+
+/// Settings every method shares.
+struct method_settings {
+  loss_normalization loss = loss_normalization::token_mean;
+  infeasible_policy on_infeasible = infeasible_policy::error;
+  std::int64_t global_batch_tokens = 0;  ///< the run's batch budget (bucket and packed tune on it); 0 = 262144 * N
+  std::uint64_t seed = 0;                ///< the run's sampler seed, and bucket's shuffle seed
+  friend bool operator==(const method_settings&, const method_settings&) = default;
+};
+
+/// Calls `f(planner, tune_seconds)` with the planner `name` stands for, tuned on `data` (the
+/// whole dataset) when it is a static method. Returns what `f` returns.
+template <cost_model C, class F>
+decltype(auto) with_method(std::string_view name, const C& cost, std::span<const sequence> data,
+                           const method_settings& s, F&& f) {
+  validate_method(name);
+  if (name.starts_with("dcp")) {
+    dcp_planner p;
+    p.inter = name.find("no-inter") == std::string_view::npos;
+    p.intra = name.find("no-intra") == std::string_view::npos;
+    p.loss = s.loss;
+    p.on_infeasible = s.on_infeasible;
+    return f(p, 0.0);
+  }
+  if (name == "dynamic_cp") return f(dynamic_cp_planner{s.loss, s.on_infeasible}, 0.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  if (name == "packed") {
+    packed_planner p;
+    p.loss = s.loss;
+    p.on_infeasible = s.on_infeasible;
+    p = p.tune(cost, data, s.global_batch_tokens, s.seed);
+    return f(p, seconds());
+  }
+  bucket_planner p;
+  p.seed = s.seed;
+  p.loss = s.loss;
+  p.on_infeasible = s.on_infeasible;
+  p = p.tune(cost, data, s.global_batch_tokens, s.seed);
+  return f(p, seconds());
+}
+
+/// Simulates method `name` on `batches` (cut from `data`), tuning it on `data` first if needed.
+template <cost_model C>
+run_result run_method(std::string_view name, const C& cost, std::span<const sequence> data,
+                      std::span<const std::vector<sequence>> batches, const method_settings& s,
+                      const options& opt = {}) {
+  return with_method(name, cost, data, s, [&](const auto& planner, double tune_seconds) {
+    run_result r = simulate(cost, planner, batches, opt);
+    r.metrics.method = std::string(name);
+    r.metrics.tune_seconds = tune_seconds;
+    return r;
+  });
+}
+
+}  // namespace dcp::sim

@@ -1,0 +1,108 @@
+#pragma once
+/// \file
+/// Metrics of plans on the cost model's clock (DESIGN section 7): per-GPU busy and idle time,
+/// makespan, imbalance, tokens/s, efficiency against the lower bound, peak memory, plan time.
+
+#include <algorithm>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <dcp/plan/plan.hpp>
+
+namespace dcp::sim {
+
+/// What one plan (one global batch) costs.
+struct plan_metrics {
+  double makespan_s = 0;         ///< end of the last step
+  double lower_bound_s = 0;      ///< DESIGN section 3 lower bound of the batch
+  double busy_s = 0;             ///< GPU-seconds of all steps (sum over ranks)
+  double imbalance = 0;          ///< mean over ranks of (makespan - busy_r) / makespan
+  double peak_memory_bytes = 0;  ///< the largest step memory
+  std::int64_t sequences = 0;    ///< planned sequences
+  std::int64_t tokens = 0;       ///< planned model tokens
+  std::int64_t steps = 0;
+  std::int64_t skipped = 0;
+  friend bool operator==(const plan_metrics&, const plan_metrics&) = default;
+};
+
+/// The metrics of `p`; `busy` (if given) receives each rank's busy seconds.
+inline plan_metrics measure(const plan& p, std::vector<double>* busy = nullptr) {
+  plan_metrics m;
+  m.makespan_s = p.makespan_s;
+  m.lower_bound_s = p.lower_bound_s;
+  m.steps = static_cast<std::int64_t>(p.steps.size());
+  m.skipped = static_cast<std::int64_t>(p.skipped.size());
+  const auto per_rank = p.busy_per_rank();
+  for (const auto& s : p.steps) {
+    m.peak_memory_bytes = std::max(m.peak_memory_bytes, s.memory_bytes);
+    for (const auto& q : s.sequences) ++m.sequences, m.tokens += q.tokens;
+  }
+  double idle = 0;
+  for (double b : per_rank) m.busy_s += b, idle += p.makespan_s - b;
+  if (p.makespan_s > 0 && !per_rank.empty()) m.imbalance = idle / static_cast<double>(per_rank.size()) / p.makespan_s;
+  if (busy) *busy = per_rank;
+  return m;
+}
+
+/// What a method costs over a run of batches (an epoch): sums, and the ratios of sums.
+struct run_metrics {
+  std::string method;
+  int gpus = 0;
+  std::int64_t batches = 0;
+  std::int64_t sequences = 0;   ///< planned sequences
+  std::int64_t tokens = 0;      ///< planned model tokens
+  std::int64_t skipped = 0;     ///< sequences left out under `infeasible_policy::skip`
+  std::int64_t steps = 0;
+  double makespan_s = 0;        ///< summed makespans: the epoch's training time
+  double lower_bound_s = 0;     ///< summed lower bounds
+  double tokens_per_s = 0;      ///< tokens / makespan_s
+  double efficiency = 1;        ///< lower_bound_s / makespan_s
+  double imbalance = 0;         ///< mean over batches of the plan imbalance
+  double peak_memory_bytes = 0; ///< the largest step memory of the run
+  double plan_seconds = 0;      ///< mean wall-clock seconds to plan one batch
+  double plan_seconds_max = 0;  ///< the slowest batch to plan
+  double tune_seconds = 0;      ///< wall-clock seconds spent tuning before the run (bucket, packed)
+  std::vector<double> busy_s;   ///< per GPU: seconds in steps over the run
+  std::vector<double> idle_s;   ///< per GPU: makespan_s - busy_s
+
+  /// Adds one batch's plan, planned in `seconds` of wall-clock time.
+  void add(const plan& p, double seconds) {
+    std::vector<double> busy;
+    const plan_metrics m = measure(p, &busy);
+    if (method.empty()) method = p.method;
+    gpus = std::max(gpus, p.gpus);
+    if (busy_s.size() < busy.size()) busy_s.resize(busy.size(), 0.0);
+    for (std::size_t r = 0; r < busy.size(); ++r) busy_s[r] += busy[r];
+    ++batches;
+    sequences += m.sequences, tokens += m.tokens, skipped += m.skipped, steps += m.steps;
+    makespan_s += m.makespan_s, lower_bound_s += m.lower_bound_s;
+    imbalance_sum_ += m.imbalance;
+    peak_memory_bytes = std::max(peak_memory_bytes, m.peak_memory_bytes);
+    plan_seconds_sum_ += seconds;
+    plan_seconds_max = std::max(plan_seconds_max, seconds);
+    finish();
+  }
+
+  friend bool operator==(const run_metrics&, const run_metrics&) = default;
+
+ private:
+  void finish() {
+    tokens_per_s = makespan_s > 0 ? static_cast<double>(tokens) / makespan_s : 0;
+    efficiency = makespan_s > 0 ? lower_bound_s / makespan_s : 1;
+    imbalance = batches > 0 ? imbalance_sum_ / static_cast<double>(batches) : 0;
+    plan_seconds = batches > 0 ? plan_seconds_sum_ / static_cast<double>(batches) : 0;
+    idle_s.resize(busy_s.size());
+    for (std::size_t r = 0; r < busy_s.size(); ++r) idle_s[r] = makespan_s - busy_s[r];
+  }
+  double imbalance_sum_ = 0;
+  double plan_seconds_sum_ = 0;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const run_metrics& m) {
+  return os << "run_metrics{" << m.method << ", " << m.batches << " batches, " << m.tokens_per_s
+            << " tokens/s, efficiency=" << m.efficiency << ", imbalance=" << m.imbalance << "}";
+}
+
+}  // namespace dcp::sim

@@ -1,0 +1,107 @@
+#pragma once
+/// \file
+/// The comparison table of DESIGN section 7, as text and as JSON: per method tokens/s, speedup
+/// vs bucket, efficiency vs the lower bound, imbalance, peak memory, plan time (and skipped).
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ostream>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <dcp/sim/metrics.hpp>
+
+namespace dcp::sim {
+
+/// What a comparison ran on.
+struct comparison_header {
+  std::string workload;  ///< workload name or lengths file
+  std::string model;
+  std::string device;
+  int gpus = 0;
+  int gpus_per_node = 0;
+  std::int64_t sequences = 0;  ///< sequences of the dataset
+  std::int64_t tokens = 0;     ///< model tokens of the dataset
+  std::int64_t batches = 0;
+  friend bool operator==(const comparison_header&, const comparison_header&) = default;
+};
+
+/// tokens/s of `m` over the `bucket` row's, or NaN when there is no bucket row.
+inline double speedup_vs_bucket(const run_metrics& m, std::span<const run_metrics> rows) {
+  for (const auto& r : rows)
+    if (r.method == "bucket" && r.tokens_per_s > 0) return m.tokens_per_s / r.tokens_per_s;
+  return std::nan("");
+}
+
+namespace detail {
+inline std::string format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+inline std::string pad(const std::string& s, std::size_t width, bool left = false) {
+  if (s.size() >= width) return s;
+  return left ? s + std::string(width - s.size(), ' ') : std::string(width - s.size(), ' ') + s;
+}
+inline std::string with_thousands(double v) {
+  std::string digits = format("%.0f", v), out;
+  const std::size_t lead = digits.size() % 3;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && i >= lead && (i - lead) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+inline std::string seconds_text(double s) {
+  if (s >= 1) return format("%.2f s", s);
+  if (s >= 1e-3) return format("%.1f ms", s * 1e3);
+  return format("%.0f us", s * 1e6);
+}
+}  // namespace detail
+
+/// One line describing what ran, then the table, one row per method.
+inline void print_table(std::ostream& os, const comparison_header& h, std::span<const run_metrics> rows) {
+  os << h.workload << ": " << h.sequences << " sequences, " << detail::format("%.1f", static_cast<double>(h.tokens) / 1e6)
+     << "M tokens in " << h.batches << " global batches; " << h.model << " on " << h.gpus << " x " << h.device << " ("
+     << h.gpus_per_node << " per node)\n";
+  bool any_skipped = false;
+  for (const auto& r : rows) any_skipped = any_skipped || r.skipped > 0;
+  os << detail::pad("method", 22, true) << detail::pad("tokens/s", 12) << detail::pad("vs bucket", 11)
+     << detail::pad("efficiency", 12) << detail::pad("imbalance", 11) << detail::pad("peak memory", 13)
+     << detail::pad("plan time", 11) << (any_skipped ? detail::pad("skipped", 9) : "") << "\n";
+  for (const auto& r : rows) {
+    const double speedup = speedup_vs_bucket(r, rows);
+    os << detail::pad(r.method, 22, true) << detail::pad(detail::with_thousands(r.tokens_per_s), 12)
+       << detail::pad(std::isnan(speedup) ? "-" : detail::format("%.2fx", speedup), 11)
+       << detail::pad(detail::format("%.3f", r.efficiency), 12)
+       << detail::pad(detail::format("%.1f%%", 100 * r.imbalance), 11)
+       << detail::pad(detail::format("%.1f GB", r.peak_memory_bytes / 1e9), 13)
+       << detail::pad(detail::seconds_text(r.plan_seconds), 11)
+       << (any_skipped ? detail::pad(std::to_string(r.skipped), 9) : "") << "\n";
+  }
+}
+
+/// The table as one JSON object: {"workload", "model", "device", "gpus", "sequences", "tokens",
+/// "methods": [{"method", "tokens_per_s", "speedup_vs_bucket" (null without a bucket row),
+/// "efficiency", "imbalance", "peak_memory_bytes", "plan_seconds", "skipped"}]}.
+inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<const run_metrics> rows) {
+  nlohmann::ordered_json methods = nlohmann::ordered_json::array();
+  for (const auto& r : rows) {
+    const double speedup = speedup_vs_bucket(r, rows);
+    methods.push_back({{"method", r.method},
+                       {"tokens_per_s", r.tokens_per_s},
+                       {"speedup_vs_bucket", std::isnan(speedup) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(speedup)},
+                       {"efficiency", r.efficiency},
+                       {"imbalance", r.imbalance},
+                       {"peak_memory_bytes", r.peak_memory_bytes},
+                       {"plan_seconds", r.plan_seconds},
+                       {"skipped", r.skipped}});
+  }
+  return {{"workload", h.workload}, {"model", h.model},         {"device", h.device},  {"gpus", h.gpus},
+          {"sequences", h.sequences}, {"tokens", h.tokens}, {"methods", std::move(methods)}};
+}
+
+}  // namespace dcp::sim

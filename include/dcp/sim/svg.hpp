@@ -1,0 +1,169 @@
+#pragma once
+/// \file
+/// SVG timeline of plans (DESIGN section 7): one panel per method, stacked, on one shared time
+/// axis so that methods compare at a glance; in each panel one lane per GPU (grey = idle) and
+/// one box per micro-step spanning the lanes of its rank block, coloured by sp, with a tooltip
+/// (sp, sequences, tokens, checkpointed blocks, memory, start, time). Batches run end to end,
+/// separated by a dashed line.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <dcp/error.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/sim/trace.hpp>
+
+namespace dcp::sim {
+
+/// Size of an SVG timeline.
+struct svg_options {
+  double width = 1200;        ///< pixels
+  double lane_height = 0;     ///< pixels per GPU lane; 0 = fit about 360 px per panel (1.5 .. 14)
+  friend bool operator==(const svg_options&, const svg_options&) = default;
+};
+
+namespace detail {
+
+inline std::string xml_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+inline std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+inline const char* sp_colour(int sp) noexcept {
+  static constexpr std::array<const char*, 11> palette{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+                                                       "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#17becf"};
+  int level = 0;
+  while ((1 << (level + 1)) <= sp && level + 1 < static_cast<int>(palette.size())) ++level;
+  return palette[static_cast<std::size_t>(level)];
+}
+
+}  // namespace detail
+
+/// Writes the SVG timeline of `runs` to `os`.
+inline void write_svg(std::ostream& os, std::span<const timeline> runs, const svg_options& opt = {}) {
+  using detail::num;
+  int gpus = 1, widest = 1;
+  double longest = 0;
+  for (const auto& run : runs) {
+    double total = 0;
+    for (const auto& p : run.plans) {
+      gpus = std::max(gpus, p.gpus), total += p.makespan_s;
+      for (const auto& s : p.steps) widest = std::max(widest, s.sp());
+    }
+    longest = std::max(longest, total);
+  }
+  const double lane = opt.lane_height > 0 ? opt.lane_height : std::clamp(360.0 / gpus, 1.5, 14.0);
+  const double left = 78, right = 24, title = 26, axis = 22, gap = 16, legend = 30;
+  const double plot = std::max(100.0, opt.width - left - right);
+  const double scale = longest > 0 ? plot / longest : 0;
+  const double panel = title + gpus * lane + axis + gap;
+  const double height = legend + panel * static_cast<double>(runs.size()) + 4;
+  const int label_every = lane >= 9 ? 1 : std::max(1, static_cast<int>(9.0 / lane + 0.999));
+
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(opt.width) << "\" height=\"" << num(height)
+     << "\" viewBox=\"0 0 " << num(opt.width) << " " << num(height)
+     << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  // Legend: colour of each sp.
+  double lx = left;
+  os << "<text x=\"8\" y=\"19\">sp</text>\n";
+  for (int sp = 1; sp <= widest; sp *= 2) {
+    os << "<rect x=\"" << num(lx) << "\" y=\"8\" width=\"14\" height=\"14\" fill=\"" << detail::sp_colour(sp)
+       << "\"/><text x=\"" << num(lx + 18) << "\" y=\"19\">" << sp << "</text>\n";
+    lx += 56;
+  }
+  os << "<rect x=\"" << num(lx) << "\" y=\"8\" width=\"14\" height=\"14\" fill=\"#e8e8e8\"/><text x=\"" << num(lx + 18)
+     << "\" y=\"19\">idle</text>\n";
+
+  for (std::size_t m = 0; m < runs.size(); ++m) {
+    const double top = legend + panel * static_cast<double>(m);
+    const double lanes_top = top + title;
+    double total = 0, bound = 0;
+    for (const auto& p : runs[m].plans) total += p.makespan_s, bound += p.lower_bound_s;
+    os << "<g class=\"method\" data-method=\"" << detail::xml_escape(runs[m].method) << "\">\n"
+       << "<text x=\"8\" y=\"" << num(top + 17) << "\" font-weight=\"bold\">" << detail::xml_escape(runs[m].method)
+       << "</text><text x=\"" << num(left) << "\" y=\"" << num(top + 17) << "\">" << num(total) << " s, "
+       << runs[m].plans.size() << " batch" << (runs[m].plans.size() == 1 ? "" : "es") << ", efficiency "
+       << num(total > 0 ? bound / total : 1) << "</text>\n";
+    for (int r = 0; r < gpus; ++r) {
+      const double y = lanes_top + r * lane;
+      os << "<rect class=\"lane\" data-gpu=\"" << r << "\" x=\"" << num(left) << "\" y=\"" << num(y) << "\" width=\""
+         << num(plot) << "\" height=\"" << num(lane) << "\" fill=\"" << (r % 2 ? "#e4e4e4" : "#ececec") << "\"/>\n";
+      if (r % label_every == 0)
+        os << "<text x=\"" << num(left - 4) << "\" y=\"" << num(y + std::min(lane, 11.0) - 1)
+           << "\" text-anchor=\"end\" font-size=\"" << num(std::min(10.0, std::max(lane, 8.0))) << "\">GPU " << r
+           << "</text>\n";
+    }
+    double offset = 0;
+    for (std::size_t b = 0; b < runs[m].plans.size(); ++b) {
+      const plan& p = runs[m].plans[b];
+      for (const auto& s : p.steps) {
+        std::int64_t tokens = 0;
+        for (const auto& q : s.sequences) tokens += q.tokens;
+        const double x = left + (offset + s.start_s) * scale;
+        const double w = std::max(0.5, s.time_s * scale);
+        const double inset = lane >= 4 ? 0.5 : 0;
+        os << "<rect class=\"step\" x=\"" << num(x) << "\" y=\"" << num(lanes_top + s.ranks.first * lane + inset)
+           << "\" width=\"" << num(w) << "\" height=\"" << num(s.sp() * lane - 2 * inset) << "\" fill=\""
+           << detail::sp_colour(s.sp()) << "\" stroke=\"#333\" stroke-width=\"" << (lane >= 4 ? "0.4" : "0")
+           << "\"><title>batch " << b << ", ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp()
+           << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
+           << " checkpointed blocks, " << num(s.memory_bytes / 1e9) << " GB, start " << num(s.start_s) << " s, time "
+           << num(s.time_s) << " s</title></rect>\n";
+      }
+      offset += p.makespan_s;
+      if (b + 1 < runs[m].plans.size())
+        os << "<line class=\"batch\" x1=\"" << num(left + offset * scale) << "\" y1=\"" << num(lanes_top) << "\" x2=\""
+           << num(left + offset * scale) << "\" y2=\"" << num(lanes_top + gpus * lane)
+           << "\" stroke=\"black\" stroke-dasharray=\"3,2\"/>\n";
+    }
+    // Time axis: about 8 ticks at round seconds.
+    const double axis_y = lanes_top + gpus * lane;
+    os << "<line x1=\"" << num(left) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(left + plot) << "\" y2=\""
+       << num(axis_y) << "\" stroke=\"black\"/>\n";
+    if (longest > 0) {
+      double step = 1e-6;
+      while (longest / step > 8) step *= (static_cast<int>(std::round(step / std::pow(10.0, std::floor(std::log10(step))))) == 2 ? 2.5 : 2);
+      for (double t = 0; t <= longest * (1 + 1e-9); t += step)
+        os << "<line x1=\"" << num(left + t * scale) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(left + t * scale)
+           << "\" y2=\"" << num(axis_y + 4) << "\" stroke=\"black\"/><text x=\"" << num(left + t * scale) << "\" y=\""
+           << num(axis_y + 15) << "\" text-anchor=\"middle\" font-size=\"9\">" << num(t) << " s</text>\n";
+    }
+    os << "</g>\n";
+  }
+  os << "</svg>\n";
+}
+
+/// Writes the SVG to the file at `path`; throws `dcp::error(errc::io_error)` when it cannot.
+inline void write_svg(const std::filesystem::path& path, std::span<const timeline> runs, const svg_options& opt = {}) {
+  std::ofstream out(path);
+  check(out.is_open(), errc::io_error, [&] { return "cannot write SVG to '" + path.string() + "'"; });
+  write_svg(out, runs, opt);
+  check(out.good(), errc::io_error, [&] { return "writing SVG to '" + path.string() + "' failed"; });
+}
+
+}  // namespace dcp::sim

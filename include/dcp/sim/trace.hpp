@@ -1,0 +1,97 @@
+#pragma once
+/// \file
+/// Chrome / Perfetto trace of plans (DESIGN section 7): the `traceEvents` JSON that
+/// chrome://tracing and ui.perfetto.dev open. One process per method, one track (thread) per
+/// GPU, one complete event per (step, GPU) on the cost model's clock, in microseconds; the
+/// batches of a method run end to end, each marked by an instant event.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include <dcp/error.hpp>
+#include <dcp/plan/plan.hpp>
+
+namespace dcp::sim {
+
+/// The batches one method planned, in order, under a label.
+struct timeline {
+  std::string_view method;
+  std::span<const plan> plans;
+};
+
+/// Writes the trace of `runs` to `os`.
+inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
+  using json = nlohmann::ordered_json;
+  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  auto emit = [&](const json& e) {
+    os << (first ? "" : ",\n") << e.dump();
+    first = false;
+  };
+  for (std::size_t m = 0; m < runs.size(); ++m) {
+    const int pid = static_cast<int>(m) + 1;
+    int gpus = 0;
+    for (const auto& p : runs[m].plans) gpus = std::max(gpus, p.gpus);
+    emit({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", std::string(runs[m].method)}}}});
+    emit({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+    for (int r = 0; r < gpus; ++r) {
+      emit({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"name", "GPU " + std::to_string(r)}}}});
+      emit({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"sort_index", r}}}});
+    }
+    double offset_us = 0;
+    for (std::size_t b = 0; b < runs[m].plans.size(); ++b) {
+      const plan& p = runs[m].plans[b];
+      emit({{"name", "batch " + std::to_string(b)},
+            {"ph", "i"},
+            {"s", "p"},
+            {"ts", offset_us},
+            {"pid", pid},
+            {"tid", 0},
+            {"args", {{"makespan_s", p.makespan_s}, {"lower_bound_s", p.lower_bound_s}}}});
+      for (std::size_t i = 0; i < p.steps.size(); ++i) {
+        const plan_step& s = p.steps[i];
+        std::int64_t tokens = 0;
+        json ids = json::array();
+        for (const auto& q : s.sequences) tokens += q.tokens, ids.push_back(q.id);
+        const std::string name = "sp" + std::to_string(s.sp()) + " x" + std::to_string(s.sequences.size()) + " k" +
+                                 std::to_string(s.checkpointed_blocks);
+        json args = {{"batch", b},
+                     {"step", i},
+                     {"sp", s.sp()},
+                     {"checkpointed_blocks", s.checkpointed_blocks},
+                     {"memory_bytes", s.memory_bytes},
+                     {"tokens", tokens},
+                     {"sequences", std::move(ids)}};
+        for (int r = s.ranks.first; r < s.ranks.end(); ++r)
+          emit({{"name", name},
+                {"cat", "step"},
+                {"ph", "X"},
+                {"ts", offset_us + s.start_s * 1e6},
+                {"dur", s.time_s * 1e6},
+                {"pid", pid},
+                {"tid", r},
+                {"args", args}});
+      }
+      offset_us += p.makespan_s * 1e6;
+    }
+  }
+  os << "\n]}\n";
+}
+
+/// Writes the trace to the file at `path`; throws `dcp::error(errc::io_error)` when it cannot.
+inline void write_trace(const std::filesystem::path& path, std::span<const timeline> runs) {
+  std::ofstream out(path);
+  check(out.is_open(), errc::io_error, [&] { return "cannot write trace to '" + path.string() + "'"; });
+  write_trace(out, runs);
+  check(out.good(), errc::io_error, [&] { return "writing trace to '" + path.string() + "' failed"; });
+}
+
+}  // namespace dcp::sim
