@@ -1,0 +1,335 @@
+// Baselines (DESIGN section 3, "Baselines"): bucket, packed, dynamic_cp.
+// Property tests over random batches (1D and 2D models, GPU counts 1..1024 including 24), plus
+// the rules that make each baseline what it claims to be.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/tuning.hpp>
+#include <dcp/sample/random.hpp>
+#include <dcp/workload/embedded.hpp>
+
+namespace {
+
+using dcp::sequence;
+
+struct scenario {
+  dcp::analytic_cost cost;
+  std::vector<sequence> batch;
+};
+
+int random_gpus(dcp::xoshiro256ss& g) {
+  switch (dcp::uniform_below(g, 4)) {
+    case 0: return 1 + static_cast<int>(dcp::uniform_below(g, 8));        // one node, any size
+    case 1: return 24;                                                      // 3 nodes of 8
+    case 2: return 8 * (1 + static_cast<int>(dcp::uniform_below(g, 16)));  // up to 128
+    default: return 8 * (1 + static_cast<int>(dcp::uniform_below(g, 128)));  // up to 1024
+  }
+}
+
+// Lengths log-uniform up to what fits, shapes 2D for the 2D model.
+scenario random_scenario(dcp::xoshiro256ss& g) {
+  const auto model = dcp::models::preset(dcp::models::preset_names[dcp::uniform_below(g, 3)]);
+  auto cost = dcp::make_analytic_cost(model, dcp::devices::h200(), random_gpus(g));
+  const double longest = 0.95 * static_cast<double>(dcp::largest_feasible_tokens(cost) - model.text_tokens);
+  const int count = 1 + static_cast<int>(dcp::uniform_below(g, 96));
+  scenario s{cost, {}};
+  for (int i = 0; i < count; ++i) {
+    const double n = std::exp(dcp::uniform01(g) * std::log(std::max(2.0, longest)));
+    const auto id = static_cast<std::int64_t>(dcp::uniform_below(g, 1000)) * 1000 + i;  // unique, unordered
+    if (model.attention == dcp::attention_kind::factorized_2d && dcp::uniform_below(g, 2) == 0) {
+      const std::int64_t t = 1 + static_cast<std::int64_t>(dcp::uniform_below(g, 64));
+      s.batch.push_back(dcp::make_sequence(id, t, std::max<std::int64_t>(1, static_cast<std::int64_t>(n) / t)));
+    } else {
+      s.batch.push_back(dcp::make_sequence(id, std::max<std::int64_t>(1, static_cast<std::int64_t>(n))));
+    }
+  }
+  return s;
+}
+
+std::string violations_text(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + "\n";
+  return out;
+}
+
+// Laws every planner keeps, plus determinism: same input, same plan; order of the batch does
+// not matter.
+template <class P>
+dcp::plan check_laws(const P& planner, const scenario& s, const char* what) {
+  const dcp::plan p = planner.plan(s.cost, std::span<const sequence>(s.batch));
+  const auto v = dcp::plan_violations(p, s.batch, s.cost);
+  EXPECT_TRUE(v.empty()) << what << " on " << s.cost << " with " << s.batch.size() << " sequences:\n"
+                         << violations_text(v);
+  EXPECT_EQ(p.method, planner.name());
+  const dcp::plan again = planner.plan(s.cost, std::span<const sequence>(s.batch));
+  EXPECT_EQ(p.hash(), again.hash()) << what;
+  EXPECT_EQ(p, again) << what;
+  auto reversed = s.batch;
+  std::reverse(reversed.begin(), reversed.end());
+  EXPECT_EQ(p.hash(), planner.plan(s.cost, std::span<const sequence>(reversed)).hash()) << what << ": order matters";
+  for (const auto& st : p.steps) EXPECT_EQ(st.checkpointed_blocks, s.cost.blocks()) << what << ": not fully checkpointed";
+  return p;
+}
+
+// Steps of a synchronised static plan: every iteration's steps start together, at most one per
+// data-parallel group, all on the fixed sp.
+void check_synchronised(const dcp::plan& p, int sp, int gpus) {
+  std::map<double, std::set<int>> by_start;
+  for (const auto& st : p.steps) {
+    EXPECT_EQ(st.sp(), sp);
+    EXPECT_TRUE(by_start[st.start_s].insert(st.ranks.first).second) << "two steps of one group in one iteration";
+  }
+  double previous_end = 0;
+  for (const auto& [start, groups] : by_start) {
+    EXPECT_LE(static_cast<int>(groups.size()), gpus / sp);
+    EXPECT_NEAR(start, previous_end, 1e-9 * std::max(1.0, start)) << "an iteration starts before the last one ends";
+    double end = start;
+    for (const auto& st : p.steps)
+      if (st.start_s == start) end = std::max(end, st.end_s());
+    previous_end = end;
+  }
+}
+
+TEST(Baselines, BucketKeepsThePlanLawsOnRandomBatches) {
+  dcp::xoshiro256ss g(101);
+  for (int i = 0; i < 800; ++i) {
+    const scenario s = random_scenario(g);
+    dcp::bucket_planner untuned;  // tunes itself on each batch
+    untuned.seed = i;
+    const dcp::plan p = check_laws(untuned, s, "bucket");
+    const auto tuned = untuned.tune(s.cost, s.batch);
+    const dcp::plan q = check_laws(tuned, s, "bucket (tuned)");
+    check_synchronised(q, tuned.sp, s.cost.gpus());
+    EXPECT_EQ(p.hash(), q.hash()) << "self-tuning on a batch is tuning on it";
+  }
+}
+
+TEST(Baselines, PackedKeepsThePlanLawsOnRandomBatches) {
+  dcp::xoshiro256ss g(202);
+  for (int i = 0; i < 1000; ++i) {
+    const scenario s = random_scenario(g);
+    const auto tuned = dcp::packed_planner{}.tune(s.cost, s.batch);
+    const dcp::plan p = check_laws(tuned, s, "packed");
+    check_synchronised(p, tuned.sp, s.cost.gpus());
+    const std::int64_t cap = dcp::step_token_capacity(s.cost, tuned.sp, s.cost.blocks());
+    for (const auto& st : p.steps) {
+      std::int64_t tokens = 0;
+      for (const auto& q : st.sequences) tokens += q.tokens;
+      EXPECT_LE(tokens, cap);
+    }
+  }
+}
+
+TEST(Baselines, DynamicCpKeepsThePlanLawsOnRandomBatches) {
+  dcp::xoshiro256ss g(303);
+  for (int i = 0; i < 1500; ++i) {
+    const scenario s = random_scenario(g);
+    const dcp::plan p = check_laws(dcp::dynamic_cp_planner{}, s, "dynamic_cp");
+    const double x_max = s.cost.max_tokens_per_gpu();
+    for (const auto& st : p.steps) {
+      std::int64_t tokens = 0;
+      for (const auto& q : st.sequences) {
+        tokens += q.tokens;
+        // sp_i = next power of two of ceil(n_i / x_max) (every preset's heads take it).
+        const auto need = static_cast<std::uint64_t>(std::ceil(static_cast<double>(q.tokens) / x_max));
+        EXPECT_EQ(st.sp(), static_cast<int>(std::bit_ceil(std::max<std::uint64_t>(need, 1)))) << "sequence " << q.id;
+      }
+      EXPECT_LE(static_cast<double>(tokens) / st.sp(), x_max * (1 + 1e-12));
+    }
+  }
+}
+
+TEST(Baselines, LossWeightsFollowTheNormalisation) {
+  dcp::xoshiro256ss g(404);
+  const scenario s = random_scenario(g);
+  dcp::packed_planner packed;
+  packed.loss = dcp::loss_normalization::sample_mean;
+  dcp::dynamic_cp_planner dyn;
+  dyn.loss = dcp::loss_normalization::sample_mean;
+  for (const auto& p : {packed.plan(s.cost, std::span<const sequence>(s.batch)), dyn.plan(s.cost, std::span<const sequence>(s.batch))})
+    for (const auto& st : p.steps)
+      for (const auto& q : st.sequences) EXPECT_DOUBLE_EQ(q.loss_weight, 1.0 / static_cast<double>(s.batch.size()));
+}
+
+TEST(Baselines, TuningPicksTheFastestFeasibleSp) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32);
+  auto data = dcp::workloads::make("cogvideox-zipf10", 3);
+  data.resize(3000);
+  const auto batches = dcp::epoch_batches(cost, data, 0, 0);
+  const auto candidates = dcp::fixed_sp_candidates(cost, data);
+  ASSERT_FALSE(candidates.empty());
+
+  const auto bucket = dcp::bucket_planner{}.tune(cost, data);
+  const auto packed = dcp::packed_planner{}.tune(cost, data);
+  for (int sp : {bucket.sp, packed.sp}) {
+    EXPECT_NE(std::find(candidates.begin(), candidates.end(), sp), candidates.end());
+    for (const auto& s : data) EXPECT_TRUE(dcp::fits_checkpointed(cost, s, sp));
+  }
+  // The chosen sp is the fastest of the candidates over the epoch.
+  auto epoch_seconds = [&](const auto& planner) {
+    double t = 0;
+    for (const auto& b : batches) t += planner.plan(cost, std::span<const sequence>(b)).makespan_s;
+    return t;
+  };
+  for (int sp : candidates) {
+    auto b = bucket;
+    b.sp = sp;
+    b.median_bucket_time_s = b.median_time(cost, data, sp);
+    EXPECT_LE(epoch_seconds(bucket), epoch_seconds(b) * (1 + 1e-12)) << "bucket sp " << sp << " is faster";
+    auto p = packed;
+    p.sp = sp;
+    EXPECT_LE(epoch_seconds(packed), epoch_seconds(p) * (1 + 1e-12)) << "packed sp " << sp << " is faster";
+  }
+  EXPECT_EQ(bucket.keys, dcp::bucket_keys::shape);  // video data: one bucket per shape
+  EXPECT_GT(bucket.median_bucket_time_s, 0);
+}
+
+TEST(Baselines, TuningRespectsTheLongestSequence) {
+  // llama3-8b on 32 H200 holds ~231k tokens per GPU: 1M tokens need sp >= 8.
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 32);
+  std::vector<sequence> data;
+  for (int i = 0; i < 200; ++i) data.push_back(dcp::make_sequence(i, 512 + 97 * i));
+  data.push_back(dcp::make_sequence(1000, 1'000'000));
+  const auto candidates = dcp::fixed_sp_candidates(cost, data);
+  EXPECT_EQ(candidates.front(), 8);
+  const auto bucket = dcp::bucket_planner{}.tune(cost, data);
+  const auto packed = dcp::packed_planner{}.tune(cost, data);
+  EXPECT_GE(bucket.sp, 8);
+  EXPECT_GE(packed.sp, 8);
+  EXPECT_EQ(bucket.keys, dcp::bucket_keys::tokens);  // 1D text: geometric token buckets
+  EXPECT_EQ(dcp::dynamic_cp_planner::sp_of(cost, data.back()), 8);
+  EXPECT_EQ(dcp::dynamic_cp_planner::sp_of(cost, data.front()), 1);
+  // A planner whose sp cannot hold the long sequence (tuned on data without it): a clear
+  // error, or skipped.
+  dcp::packed_planner small;
+  small.sp = 2;
+  EXPECT_THROW((void)small.plan(cost, std::span<const sequence>(data)), dcp::error);
+  small.on_infeasible = dcp::infeasible_policy::skip;
+  const auto p = small.plan(cost, std::span<const sequence>(data));
+  ASSERT_EQ(p.skipped.size(), 1u);
+  EXPECT_EQ(p.skipped.front().id, 1000);
+  EXPECT_TRUE(dcp::plan_violations(p, data, cost).empty());
+}
+
+TEST(Baselines, BucketMicroBatchesHoldOneShapeWithinTheScaledBatchSize) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 16);
+  auto data = dcp::workloads::make("opensora-zipf10", 1);
+  data.resize(4000);
+  const auto bucket = dcp::bucket_planner{}.tune(cost, data);
+  ASSERT_EQ(bucket.keys, dcp::bucket_keys::shape);
+  const auto info = bucket.buckets(cost, data, bucket.sp);
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> scaled;
+  for (const auto& b : info) {
+    EXPECT_GE(b.max_batch, 1);
+    const auto s = dcp::bucket_planner::scaled_batch(b, bucket.median_bucket_time_s);
+    EXPECT_GE(s, 1);
+    EXPECT_LE(s, b.max_batch);
+    if (b.time_s > bucket.median_bucket_time_s && b.max_batch > 1) {
+      EXPECT_LE(s, std::max<std::int64_t>(1, static_cast<std::int64_t>(b.max_batch * bucket.median_bucket_time_s / b.time_s)));
+    }
+    scaled[{b.key_frames, b.key_spatial}] = s;
+  }
+  const auto batches = dcp::epoch_batches(cost, data, 0, 0);
+  const auto p = bucket.plan(cost, std::span<const sequence>(batches.front()));
+  for (const auto& st : p.steps) {
+    const auto shape = std::make_pair(st.sequences.front().frames, st.sequences.front().spatial);
+    for (const auto& q : st.sequences) EXPECT_EQ(std::make_pair(q.frames, q.spatial), shape);
+    EXPECT_LE(static_cast<std::int64_t>(st.sequences.size()), scaled.at(shape));
+  }
+  // Different seeds shuffle the micro-batches differently; the same seed does not.
+  auto other = bucket;
+  other.seed = 7;
+  EXPECT_NE(p.hash(), other.plan(cost, std::span<const sequence>(batches.front())).hash());
+}
+
+TEST(Baselines, InfeasibleSequencesAreErrorsOrSkipped) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const std::vector<sequence> batch{dcp::make_sequence(1, 4096), dcp::make_sequence(2, 50'000'000),
+                                    dcp::make_sequence(3, 9000)};
+  auto expect_error = [&](const auto& planner) {
+    try {
+      (void)planner.plan(cost, std::span<const sequence>(batch));
+      ADD_FAILURE() << planner.name() << " planned an infeasible sequence";
+    } catch (const dcp::error& e) {
+      EXPECT_EQ(e.code(), dcp::errc::infeasible);
+      EXPECT_NE(std::string(e.what()).find("sequence 2 "), std::string::npos) << e.what();
+    }
+  };
+  expect_error(dcp::bucket_planner{});
+  expect_error(dcp::packed_planner{});
+  expect_error(dcp::dynamic_cp_planner{});
+  auto check_skip = [&](auto planner) {
+    planner.on_infeasible = dcp::infeasible_policy::skip;
+    const auto p = planner.plan(cost, std::span<const sequence>(batch));
+    ASSERT_EQ(p.skipped.size(), 1u) << planner.name();
+    EXPECT_EQ(p.skipped.front().id, 2);
+    EXPECT_TRUE(dcp::plan_violations(p, batch, cost).empty()) << planner.name();
+  };
+  check_skip(dcp::bucket_planner{});
+  check_skip(dcp::packed_planner{});
+  check_skip(dcp::dynamic_cp_planner{});
+  // Everything skipped: an empty plan that still accounts for every sequence.
+  const std::vector<sequence> hopeless{dcp::make_sequence(5, 60'000'000)};
+  dcp::bucket_planner b;
+  b.on_infeasible = dcp::infeasible_policy::skip;
+  const auto p = b.plan(cost, std::span<const sequence>(hopeless));
+  EXPECT_TRUE(p.steps.empty());
+  EXPECT_EQ(p.skipped.size(), 1u);
+  EXPECT_TRUE(dcp::plan_violations(p, hopeless, cost).empty());
+}
+
+TEST(Baselines, BadBatchesAreClearErrors) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const std::vector<sequence> empty;
+  const std::vector<sequence> twice{dcp::make_sequence(1, 100), dcp::make_sequence(1, 200)};
+  auto expect_invalid = [&](const auto& planner, const std::vector<sequence>& batch) {
+    try {
+      (void)planner.plan(cost, std::span<const sequence>(batch));
+      ADD_FAILURE() << planner.name() << " accepted a bad batch";
+    } catch (const dcp::error& e) {
+      EXPECT_EQ(e.code(), dcp::errc::invalid_argument) << e.what();
+    }
+  };
+  for (const auto* batch : {&empty, &twice}) {
+    expect_invalid(dcp::bucket_planner{}, *batch);
+    expect_invalid(dcp::packed_planner{}, *batch);
+    expect_invalid(dcp::dynamic_cp_planner{}, *batch);
+  }
+  dcp::packed_planner bad;
+  bad.sp = 3;  // not a power of two
+  expect_invalid(bad, {dcp::make_sequence(1, 100)});
+}
+
+TEST(Baselines, PlannersArePrintableRegularValues) {
+  static_assert(dcp::planner<dcp::bucket_planner>);
+  static_assert(dcp::planner<dcp::packed_planner>);
+  static_assert(dcp::planner<dcp::dynamic_cp_planner>);
+  dcp::bucket_planner a, b;
+  EXPECT_EQ(a, b);
+  b.sp = 4;
+  EXPECT_NE(a, b);
+  std::ostringstream os;
+  os << b << dcp::packed_planner{} << dcp::dynamic_cp_planner{};
+  EXPECT_NE(os.str().find("bucket_planner{sp=4"), std::string::npos);
+  EXPECT_EQ(dcp::bucket_planner{}.name(), "bucket");
+  EXPECT_EQ(dcp::packed_planner{}.name(), "packed");
+  EXPECT_EQ(dcp::dynamic_cp_planner{}.name(), "dynamic_cp");
+}
+
+}  // namespace
