@@ -1,0 +1,82 @@
+// Fuzz target: bytes -> (model, device, GPU count, batch) -> every planner; every plan must keep
+// the plan laws (`dcp::plan_violations`). Rejections must be dcp::error, never a crash.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
+
+#include "fuzz_input.hpp"
+
+namespace {
+
+template <class Planner>
+void run(const Planner& p, const dcp::analytic_cost& cost, const std::vector<dcp::sequence>& batch) {
+  dcp::plan plan;
+  try {
+    plan = p.plan(cost, batch);
+  } catch (const dcp::error& e) {
+    // Only an infeasible sequence (error policy) may stop a valid batch.
+    if (e.code() != dcp::errc::infeasible) {
+      std::fprintf(stderr, "%s: unexpected error: %s\n", p.name().c_str(), e.what());
+      std::abort();
+    }
+    return;
+  }
+  const auto violations = dcp::plan_violations(plan, batch, cost);
+  if (!violations.empty()) {
+    std::fprintf(stderr, "%s broke %zu plan laws, first: %s\n", p.name().c_str(), violations.size(),
+                 violations.front().c_str());
+    std::abort();
+  }
+  if (plan.hash() != p.plan(cost, batch).hash()) {
+    std::fprintf(stderr, "%s is not deterministic\n", p.name().c_str());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  dcp::fuzz::input in(data, size);
+  const std::uint8_t flags = in.byte();
+  dcp::transformer_spec model = flags % 3 == 0   ? dcp::models::cogvideox_5b()
+                                : flags % 3 == 1 ? dcp::models::stdit3_xl()
+                                                 : dcp::models::llama3_8b();
+  const dcp::device_spec device = (flags & 4) ? dcp::devices::h100() : dcp::devices::h200();
+  int gpus = static_cast<int>(in.u16() % 1024) + 1;
+  if (gpus > device.gpus_per_node) gpus -= gpus % device.gpus_per_node;  // whole nodes
+  dcp::analytic_cost cost{model, device, gpus};
+  try {
+    cost.validate();
+  } catch (const dcp::error&) {
+    return 0;  // e.g. static memory over capacity on few GPUs: rejected up front
+  }
+
+  std::vector<dcp::sequence> batch;
+  for (std::int64_t id = 0; !in.empty() && batch.size() < 512; ++id) {
+    const std::uint32_t raw = in.u24();
+    // Lengths spread over 1 .. ~2^22 tokens, log-uniform-ish; 2D shapes for the video model.
+    const std::int64_t n = std::int64_t{1} + ((std::int64_t{raw} & 0xffff) << ((raw >> 16) % 7));
+    if (model.attention == dcp::attention_kind::factorized_2d)
+      batch.push_back(dcp::make_sequence(id, 1 + (raw >> 19) % 120, std::max<std::int64_t>(1, n / 64)));
+    else
+      batch.push_back(dcp::make_sequence(id, n));
+  }
+  if (batch.empty()) return 0;
+
+  const auto skip = dcp::infeasible_policy::skip;
+  run(dcp::dcp_planner{.inter = (flags & 8) == 0, .intra = (flags & 16) == 0}, cost, batch);
+  run(dcp::dcp_planner{.on_infeasible = skip}, cost, batch);
+  run(dcp::dynamic_cp_planner{}, cost, batch);
+  run(dcp::bucket_planner{}, cost, batch);
+  run(dcp::packed_planner{}, cost, batch);
+  return 0;
+}
