@@ -12,7 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <dcp/comm/dsp.hpp>
 #include <dcp/comm/local.hpp>
+#include <dcp/comm/ulysses.hpp>
 #include <dcp/cuda/micro_batch.cuh>
 #include <dcp/cuda/relayout.cuh>
 
@@ -338,6 +340,39 @@ TEST(Relayout, DspSpatialToFramesMatchesTheFramesShardsAndRoundTrips) {
       const auto got_s = dcp::relayout(comm, to_spatial, got_f);
       EXPECT_EQ(host(got_s), host(xs));
       EXPECT_EQ(host(dcp::relayout(comm, dcp::inverse(to_frames), got_f)), host(xs));
+    });
+  }
+}
+
+// One sequence: the device re-layouts are the host ones of <dcp/comm/ulysses.hpp> and <dcp/comm/dsp.hpp>.
+TEST(Relayout, OneSequenceAgreesWithTheHostRelayouts) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int sp = sps[trial % 5];
+    const i64 heads = 2 * sp, head_dim = 3, frames = 1 + i64(rng() % 9), spatial = 1 + i64(rng() % 13), channels = 2;
+    const i64 tokens = i64(rng() % 50);
+    const auto packed1 = packed_buffer(tokens, heads * head_dim);
+    const auto packed2 = packed_buffer(frames * spatial, channels);
+    dcp::local_world::run(sp, [&](dcp::local_comm& comm) {
+      std::vector<dcp::planned_sequence> one{{9, tokens, 1, tokens, 1.0}};
+      auto mb = dcp::make_micro_batch(one, sp, comm.rank());
+      const auto x = host(dcp::gather_local_rows(mb, packed1, heads * head_dim));
+      std::vector<double> want(std::size_t(tokens * heads / sp * head_dim));
+      dcp::ulysses_to_head_shards(comm, dcp::ulysses_shape{tokens, heads, head_dim}, std::span<const double>(x),
+                                  std::span<double>(want));
+      const auto got = dcp::relayout(comm, dcp::make_ulysses_relayout(mb, heads, head_dim),
+                                     thrust::device_vector<double>(x.begin(), x.end()));
+      EXPECT_EQ(host(got), want);
+
+      std::vector<dcp::planned_sequence> video{{3, frames * spatial, frames, spatial, 1.0}};
+      auto ms = dcp::make_micro_batch(video, sp, comm.rank(), {dcp::shard_axis::spatial, 0});
+      const auto xs = host(dcp::gather_local_rows(ms, packed2, channels));
+      const dcp::dsp_shape shape{frames, spatial, channels};
+      std::vector<double> want_t(std::size_t(dcp::dsp_temporal_shard_size(shape, sp, comm.rank())));
+      dcp::dsp_to_temporal_shards(comm, shape, std::span<const double>(xs), std::span<double>(want_t));
+      const auto got_t = dcp::relayout(comm, dcp::make_dsp_relayout(ms, channels, dcp::shard_axis::spatial),
+                                       thrust::device_vector<double>(xs.begin(), xs.end()));
+      EXPECT_EQ(host(got_t), want_t);
     });
   }
 }
