@@ -1,0 +1,435 @@
+// dcp_planner: the plan laws over thousands of random batches (both 1D models and the 2D
+// model, both devices, 1..1024 GPUs, inter / intra on and off, both loss normalisations),
+// determinism, infeasible sequences, and bad input.
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/recompute/full_recompute.hpp>
+#include <dcp/recompute/no_recompute.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+static_assert(dcp::planner<dcp::dcp_planner>);
+
+// --- random inputs -----------------------------------------------------------------------------------
+
+class rng {
+ public:
+  explicit rng(std::uint64_t seed) : g_(seed) {}
+  std::uint64_t operator()() { return g_(); }
+  std::int64_t between(std::int64_t lo, std::int64_t hi) {
+    return lo + static_cast<std::int64_t>(g_() % static_cast<std::uint64_t>(hi - lo + 1));
+  }
+  double unit() { return static_cast<double>(g_() >> 11) * 0x1.0p-53; }
+  std::int64_t log_between(std::int64_t lo, std::int64_t hi) {
+    const double a = std::log(static_cast<double>(lo)), b = std::log(static_cast<double>(hi) + 1);
+    return std::clamp(static_cast<std::int64_t>(std::exp(a + (b - a) * unit())), lo, hi);
+  }
+
+ private:
+  std::mt19937_64 g_;
+};
+
+// A UniformRandomBitGenerator view of `rng`, for std::shuffle.
+struct g_std_adapter {
+  rng* g;
+  using result_type = std::uint64_t;
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() { return ~result_type{0}; }
+  result_type operator()() { return (*g)(); }
+};
+g_std_adapter g_std(rng& g) { return {&g}; }
+
+const dcp::transformer_spec& model_at(std::int64_t i) {
+  static const dcp::transformer_spec m[] = {dcp::models::cogvideox_5b(), dcp::models::stdit3_xl(),
+                                            dcp::models::llama3_8b()};
+  return m[i];
+}
+
+// 1..8 GPUs, or whole nodes of 8 up to 1024, with the non-powers-of-two 24, 40, 72 drawn often.
+int random_gpus(rng& g) {
+  switch (g.between(0, 5)) {
+    case 0: return static_cast<int>(g.between(1, 8));
+    case 1: return std::array{24, 40, 72}[static_cast<std::size_t>(g.between(0, 2))];
+    case 2: return 1 << g.between(4, 10);
+    default: return 8 * static_cast<int>(g.log_between(1, 128));
+  }
+}
+
+dcp::analytic_cost random_cost(rng& g) {
+  for (;;) {
+    const auto& m = model_at(g.between(0, 2));
+    const auto d = g.between(0, 1) ? dcp::devices::h200() : dcp::devices::h100();
+    const int n = random_gpus(g);
+    dcp::analytic_cost c{m, d, n};
+    if (c.static_memory() < c.capacity()) return dcp::make_analytic_cost(m, d, n);
+  }
+}
+
+// A sequence the model sees as `tokens` tokens (a T x S shape for the 2D model).
+dcp::sequence sequence_of_tokens(rng& g, const dcp::analytic_cost& c, std::int64_t id, std::int64_t tokens) {
+  if (c.model.attention == dcp::attention_kind::factorized_2d) {
+    const std::int64_t t = std::min<std::int64_t>(g.log_between(1, 408), tokens);
+    return dcp::make_sequence(id, t, std::max<std::int64_t>(1, tokens / t));
+  }
+  return dcp::make_sequence(id, std::max<std::int64_t>(1, tokens - c.model.text_tokens));
+}
+
+// Lengths over orders of magnitude, a few near the longest that fits; ids unique and shuffled.
+std::vector<dcp::sequence> random_batch(rng& g, const dcp::analytic_cost& c, std::int64_t count) {
+  // Longest that fits, as shape tokens; every shipped model's memory depends on tokens only.
+  const std::int64_t limit = dcp::largest_feasible_tokens(c);
+  std::vector<dcp::sequence> out;
+  std::int64_t id = g.between(0, 1000000);
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t tokens = 0;
+    switch (g.between(0, 9)) {
+      case 0: tokens = std::max<std::int64_t>(1, limit - g.between(0, limit / 20)); break;  // near the limit
+      case 1: case 2: tokens = g.log_between(1, std::max<std::int64_t>(1, limit)); break;
+      default: tokens = g.log_between(64, std::max<std::int64_t>(64, std::min<std::int64_t>(limit, 1 << 17))); break;
+    }
+    tokens = std::min(tokens, std::max<std::int64_t>(1, limit));
+    id += g.between(1, 1000);
+    out.push_back(sequence_of_tokens(g, c, id, tokens));
+  }
+  std::shuffle(out.begin(), out.end(), g_std(g));
+  return out;
+}
+
+std::string describe(const dcp::dcp_planner& p, const dcp::analytic_cost& c, const std::vector<dcp::sequence>& b) {
+  std::ostringstream os;
+  os << p << " on " << c << " with " << b.size() << " sequences: ";
+  for (std::size_t i = 0; i < b.size() && i < 12; ++i) os << b[i].id << ":" << b[i].frames << "x" << b[i].spatial << " ";
+  return os.str();
+}
+
+// Checks every law of one plan; returns false (after reporting) on the first broken one.
+void check_plan_laws(const dcp::dcp_planner& planner, const dcp::analytic_cost& c,
+                     const std::vector<dcp::sequence>& batch, const dcp::plan& p) {
+  SCOPED_TRACE(describe(planner, c, batch));
+  const auto violations = dcp::plan_violations(p, batch, c);
+  for (const auto& v : violations) ADD_FAILURE() << v;
+  ASSERT_TRUE(violations.empty());
+  EXPECT_EQ(p.method, planner.name());
+  EXPECT_TRUE(p.skipped.empty());
+  EXPECT_GT(p.lower_bound_s, 0);
+  EXPECT_GT(p.efficiency(), 0);
+  EXPECT_LE(p.efficiency(), 1 + 1e-12);
+  EXPECT_EQ(p.gpus, c.gpus());
+  EXPECT_EQ(p.gpus_per_node, c.gpus_per_node());
+  EXPECT_EQ(p.memory_capacity_bytes, c.capacity());
+
+  double tokens = 0;
+  std::size_t count = 0;
+  for (const auto& st : p.steps)
+    for (const auto& q : st.sequences) tokens += static_cast<double>(q.tokens), ++count;
+  EXPECT_EQ(count, batch.size());
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& st = p.steps[i];
+    if (i > 0) {  // ordered by (start, first rank)
+      const auto& prev = p.steps[i - 1];
+      EXPECT_TRUE(prev.start_s < st.start_s || (prev.start_s == st.start_s && prev.ranks.first < st.ranks.first))
+          << "steps " << i - 1 << " and " << i << " out of order";
+    }
+    dcp::analytic_load load{};
+    for (const auto& q : st.sequences) {
+      const double want = planner.loss == dcp::loss_normalization::token_mean ? static_cast<double>(q.tokens) / tokens
+                                                                               : 1.0 / static_cast<double>(count);
+      EXPECT_NEAR(q.loss_weight, want, 1e-12 * std::max(1.0, want)) << "sequence " << q.id;
+      load = load + dcp::analytic_load{1, static_cast<double>(q.tokens), 0};
+    }
+    // DCP-intra: the fewest checkpointed blocks that fit; without it, every block.
+    if (planner.intra) {
+      if (st.checkpointed_blocks > 0) {
+        EXPECT_GT(c.memory(load, st.sp(), st.checkpointed_blocks - 1), c.capacity())
+            << "step " << i << " checkpoints " << st.checkpointed_blocks << " blocks; one fewer fits";
+      }
+    } else {
+      EXPECT_EQ(st.checkpointed_blocks, c.blocks()) << "step " << i;
+    }
+  }
+}
+
+// --- properties over random batches -------------------------------------------------------------------
+
+TEST(DcpPlanner, RandomBatchesKeepEveryLaw) {
+  rng g(4242);
+  constexpr int trials = 10000;
+  const auto started = std::chrono::steady_clock::now();
+  int plans = 0, sequences = 0, by_model[3] = {0, 0, 0};
+  for (int trial = 0; trial < trials; ++trial) {
+    const auto c = random_cost(g);
+    // Mostly small batches (cheap, and edge cases live there); one in eight is a full-size
+    // global batch of up to 32 sequences per GPU.
+    const std::int64_t most = g.between(0, 7) == 0 ? std::min(32 * c.gpus(), 4096) : 96;
+    const auto batch = random_batch(g, c, g.log_between(1, most));
+    dcp::dcp_planner planner;
+    planner.inter = g.between(0, 3) != 0;
+    planner.intra = g.between(0, 3) != 0;
+    planner.loss = g.between(0, 1) ? dcp::loss_normalization::token_mean : dcp::loss_normalization::sample_mean;
+    dcp::plan p;
+    try {
+      p = planner.plan(c, batch);
+    } catch (const dcp::error& e) {
+      ADD_FAILURE() << describe(planner, c, batch) << " threw: " << e.what();
+      continue;
+    }
+    check_plan_laws(planner, c, batch, p);
+    if (HasFailure()) return;  // one broken input, fully described, beats a thousand
+    ++plans;
+    sequences += static_cast<int>(batch.size());
+    ++by_model[c.model.attention == dcp::attention_kind::full ? 0 : c.model.attention == dcp::attention_kind::causal ? 1 : 2];
+  }
+  EXPECT_EQ(plans, trials);
+  for (int m : by_model) EXPECT_GT(m, trials / 5);
+  const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  RecordProperty("plans", plans);
+  RecordProperty("sequences", sequences);
+  std::cout << "[ planned  ] " << plans << " batches, " << sequences << " sequences in " << ms << " ms\n";
+}
+
+TEST(DcpPlanner, SameBatchInAnyOrderGivesTheSamePlan) {
+  rng g(77);
+  for (int trial = 0; trial < 1000; ++trial) {
+    const auto c = random_cost(g);
+    auto batch = random_batch(g, c, g.log_between(1, 64));
+    dcp::dcp_planner planner;
+    planner.inter = g.between(0, 1);
+    planner.intra = g.between(0, 1);
+    const auto p = planner.plan(c, batch);
+    std::shuffle(batch.begin(), batch.end(), g_std(g));
+    const auto q = planner.plan(c, batch);
+    EXPECT_EQ(p.hash(), q.hash()) << describe(planner, c, batch);
+    EXPECT_TRUE(p == q) << describe(planner, c, batch);
+    std::reverse(batch.begin(), batch.end());
+    EXPECT_EQ(planner.plan(c, batch).hash(), p.hash()) << describe(planner, c, batch);
+  }
+}
+
+TEST(DcpPlanner, HashTellsDifferentPlansApart) {
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 16);
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 40000),
+                                         dcp::make_sequence(3, 5000)};
+  const auto p = dcp::dcp_planner{}.plan(c, batch);
+  auto other = batch;
+  other[1].id = 4;  // same shapes, another id
+  EXPECT_NE(dcp::dcp_planner{}.plan(c, other).hash(), p.hash());
+  dcp::dcp_planner sample_mean;
+  sample_mean.loss = dcp::loss_normalization::sample_mean;
+  EXPECT_NE(sample_mean.plan(c, batch).hash(), p.hash());  // weights decide execution too
+  dcp::dcp_planner no_intra;
+  no_intra.intra = false;
+  EXPECT_NE(no_intra.plan(c, batch).hash(), p.hash());
+}
+
+TEST(DcpPlanner, OtherRecomputePoliciesKeepTheLaws) {
+  rng g(99);
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto c = random_cost(g);
+    const auto batch = random_batch(g, c, g.log_between(1, 32));
+    const dcp::dcp_planner planner;
+    const auto p = planner.plan(c, batch, dcp::full_recompute{});
+    const auto v = dcp::plan_violations(p, batch, c);
+    ASSERT_TRUE(v.empty()) << describe(planner, c, batch) << ": " << v.front();
+    for (const auto& st : p.steps) EXPECT_EQ(st.checkpointed_blocks, c.blocks());
+  }
+}
+
+TEST(DcpPlanner, OneGpuAndOneSequence) {
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 1);
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(5, 2000)};
+  const auto p = dcp::dcp_planner{}.plan(c, batch);
+  ASSERT_EQ(p.steps.size(), 1u);
+  EXPECT_EQ(p.steps[0].ranks, (dcp::rank_block{0, 1}));
+  EXPECT_EQ(p.steps[0].sequences[0].loss_weight, 1.0);
+  EXPECT_DOUBLE_EQ(p.makespan_s, p.steps[0].time_s);
+  // One sequence on one GPU: the plan is the lower bound.
+  EXPECT_NEAR(p.efficiency(), 1.0, 1e-12);
+  EXPECT_TRUE(dcp::plan_violations(p, batch, c).empty());
+}
+
+// --- infeasible sequences -------------------------------------------------------------------------------
+
+// llama3-8b on 8 H200: sp <= 8, so a sequence of 10M tokens fits nowhere.
+TEST(DcpPlanner, InfeasibleSequenceIsAnErrorNamingIdAndLargestLength) {
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 4096), dcp::make_sequence(31337, 10'000'000),
+                                         dcp::make_sequence(3, 100)};
+  try {
+    (void)dcp::dcp_planner{}.plan(c, batch);
+    FAIL() << "no error";
+  } catch (const dcp::error& e) {
+    EXPECT_EQ(e.code(), dcp::errc::infeasible);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("sequence 31337"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("10000000 tokens"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("largest length"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(dcp::largest_feasible_tokens(c))), std::string::npos) << msg;
+  }
+}
+
+TEST(DcpPlanner, InfeasibleSequenceIsSkippedOnRequestAndTheRestPlanned) {
+  rng g(5);
+  for (int trial = 0; trial < 100; ++trial) {
+    const auto c = random_cost(g);
+    auto batch = random_batch(g, c, g.log_between(1, 40));
+    const std::int64_t too_long = dcp::largest_feasible_tokens(c) * 2 + 1000;
+    const std::int64_t bad_id = -1 - trial;
+    batch.insert(batch.begin() + static_cast<std::ptrdiff_t>(g.between(0, static_cast<std::int64_t>(batch.size()))),
+                 dcp::make_sequence(bad_id, 1, too_long));
+    dcp::dcp_planner planner;
+    EXPECT_THROW((void)planner.plan(c, batch), dcp::error);
+    planner.on_infeasible = dcp::infeasible_policy::skip;
+    planner.inter = g.between(0, 1);
+    const auto p = planner.plan(c, batch);
+    ASSERT_EQ(p.skipped.size(), 1u) << describe(planner, c, batch);
+    EXPECT_EQ(p.skipped[0].id, bad_id);
+    EXPECT_EQ(p.skipped[0].tokens, c.tokens_of(dcp::make_sequence(bad_id, 1, too_long)));
+    EXPECT_NE(p.skipped[0].reason.find("largest length"), std::string::npos) << p.skipped[0].reason;
+    const auto v = dcp::plan_violations(p, batch, c);  // the rest exactly once, weights sum to 1
+    ASSERT_TRUE(v.empty()) << describe(planner, c, batch) << ": " << v.front();
+    std::size_t planned = 0;
+    for (const auto& st : p.steps) planned += st.sequences.size();
+    EXPECT_EQ(planned, batch.size() - 1);
+  }
+}
+
+TEST(DcpPlanner, OnlyInfeasibleSequencesUnderSkipGiveAnEmptyPlan) {
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(7, 50'000'000)};
+  dcp::dcp_planner planner;
+  planner.on_infeasible = dcp::infeasible_policy::skip;
+  const auto p = planner.plan(c, batch);
+  EXPECT_TRUE(p.steps.empty());
+  ASSERT_EQ(p.skipped.size(), 1u);
+  EXPECT_EQ(p.skipped[0].id, 7);
+  EXPECT_TRUE(dcp::plan_violations(p, batch, c).empty());
+}
+
+// The reported largest length is in the units of the message: tokens the model sees (text
+// tokens included), as largest_feasible_tokens documents. A sequence of exactly that many
+// tokens fits; one token more does not.
+// LIBRARY BUG (reported to the lead; fails until fixed): largest_feasible_tokens searches over
+// make_sequence(0, n), whose tokens are n + text_tokens, and returns n; for cogvideox-5b the
+// message understates the limit by its 226 text tokens.
+TEST(DcpPlanner, LargestFeasibleLengthIsExact) {
+  for (const auto& m : {dcp::models::cogvideox_5b(), dcp::models::stdit3_xl(), dcp::models::llama3_8b()}) {
+    for (int n : {8, 16, 24, 64}) {
+      const auto c = dcp::make_analytic_cost(m, dcp::devices::h200(), n);
+      const std::int64_t largest = dcp::largest_feasible_tokens(c);
+      ASSERT_GT(largest, m.text_tokens) << c;
+      const auto fits = dcp::make_sequence(1, largest - m.text_tokens);
+      const auto over = dcp::make_sequence(1, largest + 1 - m.text_tokens);
+      ASSERT_EQ(c.tokens_of(fits), largest);
+      const std::vector<dcp::sequence> ok{fits}, bad{over};
+      EXPECT_NO_THROW((void)dcp::dcp_planner{}.plan(c, ok)) << c;
+      try {
+        (void)dcp::dcp_planner{}.plan(c, bad);
+        ADD_FAILURE() << c << ": a sequence of " << largest + 1 << " tokens was planned, but the largest length"
+                      << " that fits is reported as " << largest;
+      } catch (const dcp::error& e) {
+        EXPECT_EQ(e.code(), dcp::errc::infeasible) << e.what();
+      }
+    }
+  }
+}
+
+// --- bad input -------------------------------------------------------------------------------------------
+
+TEST(DcpPlanner, EmptyBatchIsAnError) {
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  try {
+    (void)dcp::dcp_planner{}.plan(c, std::vector<dcp::sequence>{});
+    FAIL() << "no error";
+  } catch (const dcp::error& e) {
+    EXPECT_EQ(e.code(), dcp::errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("empty batch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DcpPlanner, DuplicateIdsAreAnErrorNamingTheId) {
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(4, 100), dcp::make_sequence(9, 200),
+                                         dcp::make_sequence(4, 300)};
+  for (auto policy : {dcp::infeasible_policy::error, dcp::infeasible_policy::skip}) {
+    dcp::dcp_planner planner;
+    planner.on_infeasible = policy;
+    try {
+      (void)planner.plan(c, batch);
+      ADD_FAILURE() << "no error";
+    } catch (const dcp::error& e) {
+      EXPECT_EQ(e.code(), dcp::errc::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("sequence id 4 appears twice"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DcpPlanner, BadShapesAreAnErrorEvenUnderSkip) {
+  const auto c = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 8);
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 10, 100), dcp::make_sequence(2, 0, 100)};
+  dcp::dcp_planner planner;
+  planner.on_infeasible = dcp::infeasible_policy::skip;  // skipping is for sequences too long, not malformed
+  try {
+    (void)planner.plan(c, batch);
+    FAIL() << "no error";
+  } catch (const dcp::error& e) {
+    EXPECT_EQ(e.code(), dcp::errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("sequence 2"), std::string::npos) << e.what();
+  }
+}
+
+// A cost model built without make_analytic_cost is not validated; planning on it must still
+// reject zero GPUs and partial nodes as invalid arguments naming the value, not as
+// "sequence fits no configuration on 0 GPUs".
+// LIBRARY BUG (reported to the lead; fails until fixed): dcp_planner never validates the cost
+// model or the group layout: 0 / -8 GPUs give errc::infeasible blaming the first sequence, and
+// 12 GPUs (not whole nodes of 8) are planned without complaint.
+TEST(DcpPlanner, InvalidGpuCountsAreInvalidArguments) {
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 5000)};
+  for (int n : {0, -8, 12}) {
+    const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h200(), n};
+    try {
+      (void)dcp::dcp_planner{}.plan(c, batch);
+      ADD_FAILURE() << "planned on " << n << " GPUs";
+    } catch (const dcp::error& e) {
+      EXPECT_EQ(e.code(), dcp::errc::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("gpus = " + std::to_string(n)), std::string::npos) << e.what();
+    }
+  }
+}
+
+// --- the planner value ------------------------------------------------------------------------------------
+
+TEST(DcpPlanner, RegularValueWithNamesForTheAblations) {
+  dcp::dcp_planner a, b;
+  EXPECT_EQ(a, b);
+  b.inter = false;
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.name(), "dcp");
+  EXPECT_EQ(b.name(), "dcp-no-inter");
+  b.inter = true;
+  b.intra = false;
+  EXPECT_EQ(b.name(), "dcp-no-intra");
+  std::ostringstream os;
+  os << a;
+  EXPECT_NE(os.str().find("inter=1"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("token_mean"), std::string::npos) << os.str();
+}
+
+}  // namespace
