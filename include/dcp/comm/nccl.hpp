@@ -1,0 +1,522 @@
+#pragma once
+/// \file
+/// `nccl_comm`: the `communicator` over an `ncclComm_t`, on device buffers and one CUDA stream.
+/// Available when `DCP_HAS_NCCL()` (link `dcp::nccl`); empty otherwise. Host code: compiles with
+/// a plain host compiler (g++) calling the CUDA runtime and NCCL, and with nvcc.
+///
+/// - Spans point to device memory (`host_memory == false`); `send`/`recv` ignore the tag (NCCL
+///   matches point-to-point messages by order per peer) but still require it to be >= 0.
+/// - Every communicator is created non-blocking (`ncclConfig_t::blocking = 0`), so init, split and
+///   every call can be waited for with a deadline. Each call enqueues on `stream()` and, unless
+///   `set_synchronous(false)`, waits for completion by polling `cudaStreamQuery` and
+///   `ncclCommGetAsyncError`. After `timeout()` (or on an asynchronous NCCL error) the communicator
+///   is aborted with `ncclCommAbort` (its kernels are stopped, so buffers are free again) and the
+///   call throws `dcp::error` (`errc::timeout`, or the NCCL code in `nccl_category()`).
+/// - Only local sizes are checked (no cross-rank description round trip on the GPU path).
+/// - Bootstrap: `nccl_comm::init(bootstrap, device)` broadcasts the unique id over any host
+///   communicator (`mpi_comm`, or `local_comm` with one thread per GPU);
+///   `nccl_comm::init_from_file(path, nranks, rank, device)` shares it through a file.
+
+#include <dcp/config.hpp>
+
+#if DCP_HAS_NCCL()
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <dcp/comm/comm_concepts.hpp>
+#include <dcp/error.hpp>
+
+namespace dcp {
+
+namespace detail {
+
+inline void cuda_check(cudaError_t e, const char* call, const std::string& context) {
+  if (e == cudaSuccess) return;
+  throw error(std::error_code(int(e), cuda_category()),
+              context + ": " + call + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+inline void nccl_check(ncclResult_t r, const char* call, const std::string& context, ncclComm_t comm = nullptr) {
+  if (r == ncclSuccess || r == ncclInProgress) return;
+  std::string msg = context + ": " + call + " failed: " + ncclGetErrorString(r);
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && *last != '\0') msg += std::string(" (") + last + ")";
+  }
+  throw error(std::error_code(int(r), nccl_category()), msg);
+}
+
+template <class T>
+ncclDataType_t nccl_type() noexcept {
+  if constexpr (std::is_same_v<T, float>) return ncclFloat32;
+  else if constexpr (std::is_same_v<T, double>) return ncclFloat64;
+  else if constexpr (std::is_signed_v<T> && sizeof(T) == 1) return ncclInt8;
+  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 1) return ncclUint8;
+  else if constexpr (std::is_signed_v<T> && sizeof(T) == 4) return ncclInt32;
+  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 4) return ncclUint32;
+  else if constexpr (std::is_signed_v<T> && sizeof(T) == 8) return ncclInt64;
+  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 8) return ncclUint64;
+  else static_assert(sizeof(T) == 0, "nccl_comm::all_reduce: no NCCL datatype for this element type");
+}
+
+}  // namespace detail
+
+/// One rank's handle on an NCCL communicator, bound to a device and a stream. Move-only.
+class nccl_comm {
+ public:
+  using communicator_concept = communicator_tag;
+  static constexpr bool host_memory = false;
+
+  /// The null communicator (what `split(no_color, key)` returns).
+  nccl_comm() = default;
+
+  /// Collective over `bootstrap` (a host communicator: every rank of it joins): rank 0 creates the
+  /// unique id and broadcasts it. `stream == nullptr` creates (and owns) a non-blocking stream.
+  template <host_communicator Boot>
+  static nccl_comm init(Boot& bootstrap, int device, cudaStream_t stream = nullptr,
+                        std::chrono::milliseconds timeout = default_timeout) {
+    ncclUniqueId id{};
+    if (bootstrap.rank() == 0) detail::nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", "nccl_comm::init");
+    bootstrap.broadcast(std::span<ncclUniqueId>(&id, 1), 0);
+    return init_rank(id, bootstrap.size(), bootstrap.rank(), device, stream, timeout);
+  }
+
+  /// Shares the unique id through a file: rank 0 writes `path` (atomically), the others wait for it
+  /// until `timeout`. Remove the file between jobs.
+  static nccl_comm init_from_file(const std::filesystem::path& path, int nranks, int rank, int device,
+                                  cudaStream_t stream = nullptr, std::chrono::milliseconds timeout = default_timeout) {
+    ncclUniqueId id{};
+    if (rank == 0) {
+      detail::nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", "nccl_comm::init_from_file");
+      auto tmp = path;
+      tmp += ".tmp";
+      {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out.write(reinterpret_cast<const char*>(&id), sizeof(id));
+        check(bool(out), errc::io_error, [&] { return "nccl_comm::init_from_file: cannot write " + tmp.string(); });
+      }
+      std::filesystem::rename(tmp, path);
+    } else {
+      const auto dl = std::chrono::steady_clock::now() + timeout;
+      for (;;) {
+        std::ifstream in(path, std::ios::binary);
+        if (in && in.read(reinterpret_cast<char*>(&id), sizeof(id))) break;
+        check(std::chrono::steady_clock::now() < dl, errc::timeout, [&] {
+          return "nccl_comm::init_from_file: rank " + std::to_string(rank) + " timed out after " +
+                 detail::seconds_string(timeout) + " waiting for rank 0 to write " + path.string();
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    return init_rank(id, nranks, rank, device, stream, timeout);
+  }
+
+  /// Joins the communicator of `id` as `rank` of `nranks` on `device`.
+  static nccl_comm init_rank(const ncclUniqueId& id, int nranks, int rank, int device, cudaStream_t stream = nullptr,
+                             std::chrono::milliseconds timeout = default_timeout) {
+    check(nranks > 0 && rank >= 0 && rank < nranks, errc::invalid_argument, [&] {
+      return "nccl_comm::init_rank: rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " is out of range";
+    });
+    nccl_comm c;
+    c.device_ = device;
+    c.timeout_ = timeout;
+    c.set_device("init");
+    c.adopt_stream(stream);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclUniqueId copy = id;
+    detail::nccl_check(ncclCommInitRankConfig(&c.comm_, nranks, copy, rank, &config), "ncclCommInitRankConfig",
+                       "nccl_comm::init_rank", c.comm_);
+    c.settle("init");
+    c.finish_setup();
+    return c;
+  }
+
+  nccl_comm(nccl_comm&& o) noexcept { swap(o); }
+  nccl_comm& operator=(nccl_comm&& o) noexcept {
+    if (this != &o) {
+      nccl_comm tmp(std::move(o));
+      swap(tmp);
+    }
+    return *this;
+  }
+  nccl_comm(const nccl_comm&) = delete;
+  nccl_comm& operator=(const nccl_comm&) = delete;
+  ~nccl_comm() { (void)try_destroy(); }
+
+  /// Finalizes and destroys the communicator (noexcept teardown): `ncclCommFinalize`, waited for
+  /// until `timeout()`, then `ncclCommDestroy`; `ncclCommAbort` if finalizing fails or times out.
+  std::error_code try_destroy() noexcept {
+    std::error_code ec;
+    if (comm_ != nullptr) {
+      cudaSetDevice(device_);
+      if (!aborted_) {
+        ncclResult_t r = ncclCommFinalize(comm_);
+        const auto dl = std::chrono::steady_clock::now() + timeout_;
+        ncclResult_t st = r;
+        while (r == ncclSuccess || r == ncclInProgress) {
+          if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess || st != ncclInProgress) break;
+          if (std::chrono::steady_clock::now() > dl) break;
+          std::this_thread::yield();
+        }
+        if ((r == ncclSuccess || r == ncclInProgress) && st == ncclSuccess) {
+          r = ncclCommDestroy(comm_);
+          if (r != ncclSuccess) ec = {int(r), nccl_category()};
+        } else {
+          ec = {int(st == ncclInProgress ? ncclInternalError : st), nccl_category()};
+          ncclCommAbort(comm_);
+        }
+      }
+      comm_ = nullptr;
+    }
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    scratch_ = nullptr;
+    if (own_stream_ && stream_ != nullptr) cudaStreamDestroy(stream_);
+    stream_ = nullptr;
+    own_stream_ = false;
+    return ec;
+  }
+
+  ncclComm_t native() const noexcept { return comm_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+  int device() const noexcept { return device_; }
+  bool valid() const noexcept { return comm_ != nullptr || aborted_; }
+  int rank() const noexcept { return valid() ? rank_ : -1; }
+  int size() const noexcept { return valid() ? size_ : 0; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) {
+    check(t.count() > 0, errc::invalid_argument,
+          [&] { return "nccl_comm: timeout of " + std::to_string(t.count()) + " ms must be positive"; });
+    timeout_ = t;
+  }
+  bool synchronous() const noexcept { return synchronous_; }
+  /// With false, calls return once enqueued on `stream()`; call `wait()` before using the results.
+  void set_synchronous(bool on) noexcept { synchronous_ = on; }
+
+  /// `ncclCommAbort`: stops this rank's pending work; later calls throw `errc::aborted`.
+  void abort() noexcept {
+    if (comm_ != nullptr && !aborted_) {
+      cudaSetDevice(device_);
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      if (abort_reason_.empty()) abort_reason_ = "aborted by abort() on rank " + std::to_string(rank_);
+    }
+    aborted_ = true;
+  }
+  bool aborted() const noexcept { return aborted_; }
+
+  /// Waits until everything enqueued on `stream()` has finished, with the deadline of `timeout()`.
+  void wait() { wait("wait"); }
+
+  // ---- collectives ------------------------------------------------------------------------------
+
+  /// Collective. Colors are checked on every rank first (one all-gather), so an out-of-range color
+  /// is the same `dcp::error` everywhere.
+  nccl_comm split(int color, int key) {
+    enter("split");
+    std::vector<int> colors = gather_ints(color, "split");
+    for (int r = 0; r < size_; ++r)
+      check(colors[size_t(r)] < size_, errc::invalid_argument, [&] {
+        return "split: rank " + std::to_string(r) + " passed color " + std::to_string(colors[size_t(r)]) +
+               ", out of range [0, " + std::to_string(size_) +
+               "); use at most size() groups, or a negative color (dcp::no_color) to join none";
+      });
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    nccl_comm child;
+    child.device_ = device_;
+    child.timeout_ = timeout_;
+    child.synchronous_ = synchronous_;
+    detail::nccl_check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child.comm_, &config),
+                       "ncclCommSplit", where("split"), comm_);
+    settle("split");
+    if (color < 0 || child.comm_ == nullptr) return nccl_comm();
+    child.settle("split");
+    child.adopt_stream(nullptr);
+    child.finish_setup();
+    return child;
+  }
+
+  template <transferable T>
+  void all_to_all(std::span<const T> send, std::span<T> recv) {
+    enter("all_to_all");
+    local_check(send.size() == recv.size() && send.size() % size_t(size_) == 0, "all_to_all", [&] {
+      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
+             "; both must be equal and a multiple of size() = " + std::to_string(size_);
+    });
+    detail::nccl_check(ncclAlltoAll(send.data(), recv.data(), send.size_bytes() / size_t(size_), ncclUint8, comm_,
+                                    stream_),
+                       "ncclAlltoAll", where("all_to_all"), comm_);
+    done("all_to_all");
+  }
+
+  template <transferable T>
+  void all_to_all_v(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
+                    std::span<const std::size_t> recv_counts) {
+    enter("all_to_all_v");
+    const size_t n = size_t(size_);
+    local_check(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v", [&] {
+      return std::to_string(send_counts.size()) + " send counts and " + std::to_string(recv_counts.size()) +
+             " recv counts; both must have size() = " + std::to_string(n) + " entries";
+    });
+    const size_t ss = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+    const size_t rs = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+    local_check(ss == send.size() && rs == recv.size(), "all_to_all_v", [&] {
+      return "send of " + std::to_string(send.size()) + " elements with counts summing to " + std::to_string(ss) +
+             ", recv of " + std::to_string(recv.size()) + " with counts summing to " + std::to_string(rs);
+    });
+    const auto* sb = reinterpret_cast<const std::byte*>(send.data());
+    auto* rb = reinterpret_cast<std::byte*>(recv.data());
+    detail::nccl_check(ncclGroupStart(), "ncclGroupStart", where("all_to_all_v"));
+    ncclResult_t first = ncclSuccess;
+    for (size_t j = 0, so = 0, ro = 0; j < n; ++j) {
+      const size_t sbytes = send_counts[j] * sizeof(T), rbytes = recv_counts[j] * sizeof(T);
+      if (sbytes != 0 && first == ncclSuccess) first = ncclSend(sb + so, sbytes, ncclUint8, int(j), comm_, stream_);
+      if (rbytes != 0 && first == ncclSuccess) first = ncclRecv(rb + ro, rbytes, ncclUint8, int(j), comm_, stream_);
+      so += sbytes;
+      ro += rbytes;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    detail::nccl_check(first != ncclSuccess ? first : end, "ncclSend/ncclRecv", where("all_to_all_v"), comm_);
+    done("all_to_all_v");
+  }
+
+  template <transferable T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
+    enter("all_gather");
+    local_check(recv.size() == send.size() * size_t(size_), "all_gather", [&] {
+      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
+             "; recv must hold size() * send = " + std::to_string(send.size() * size_t(size_));
+    });
+    detail::nccl_check(ncclAllGather(send.data(), recv.data(), send.size_bytes(), ncclUint8, comm_, stream_),
+                       "ncclAllGather", where("all_gather"), comm_);
+    done("all_gather");
+  }
+
+  template <reducible T>
+  void all_reduce(std::span<const T> send, std::span<T> recv, reduce_op op) {
+    enter("all_reduce");
+    local_check(send.size() == recv.size(), "all_reduce", [&] {
+      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
+             "; they must be equal";
+    });
+    reduce(send.data(), recv.data(), recv.size(), op);
+  }
+
+  template <reducible T>
+  void all_reduce(std::span<T> data, reduce_op op) {
+    enter("all_reduce");
+    reduce(data.data(), data.data(), data.size(), op);
+  }
+
+  template <transferable T>
+  void broadcast(std::span<T> data, int root) {
+    enter("broadcast");
+    local_check(root >= 0 && root < size_, "broadcast", [&] {
+      return "root " + std::to_string(root) + " out of range [0, " + std::to_string(size_) + ")";
+    });
+    detail::nccl_check(ncclBroadcast(data.data(), data.data(), data.size_bytes(), ncclUint8, root, comm_, stream_),
+                       "ncclBroadcast", where("broadcast"), comm_);
+    done("broadcast");
+  }
+
+  template <transferable T>
+  void send(std::span<const T> data, int peer, int tag) {
+    enter("send");
+    check_p2p("send", peer, tag);
+    detail::nccl_check(ncclSend(data.data(), data.size_bytes(), ncclUint8, peer, comm_, stream_), "ncclSend",
+                       where("send"), comm_);
+    done("send", peer);
+  }
+
+  template <transferable T>
+  void recv(std::span<T> data, int peer, int tag) {
+    enter("recv");
+    check_p2p("recv", peer, tag);
+    detail::nccl_check(ncclRecv(data.data(), data.size_bytes(), ncclUint8, peer, comm_, stream_), "ncclRecv",
+                       where("recv"), comm_);
+    done("recv", peer);
+  }
+
+  /// An all-reduce of one integer on a device scratch word; always waits.
+  void barrier() {
+    enter("barrier");
+    detail::nccl_check(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), "ncclAllReduce",
+                       where("barrier"), comm_);
+    settle("barrier");
+    wait("barrier");
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  void swap(nccl_comm& o) noexcept {
+    std::swap(comm_, o.comm_);
+    std::swap(stream_, o.stream_);
+    std::swap(own_stream_, o.own_stream_);
+    std::swap(scratch_, o.scratch_);
+    std::swap(device_, o.device_);
+    std::swap(rank_, o.rank_);
+    std::swap(size_, o.size_);
+    std::swap(timeout_, o.timeout_);
+    std::swap(synchronous_, o.synchronous_);
+    std::swap(aborted_, o.aborted_);
+    std::swap(abort_reason_, o.abort_reason_);
+  }
+
+  std::string where(const char* what) const {
+    return std::string("nccl_comm: ") + what + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+           " (device " + std::to_string(device_) + ")";
+  }
+
+  void set_device(const char* what) const {
+    detail::cuda_check(cudaSetDevice(device_), "cudaSetDevice", where(what));
+  }
+
+  void adopt_stream(cudaStream_t s) {
+    if (s != nullptr) {
+      stream_ = s;
+      return;
+    }
+    detail::cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+                       where("init"));
+    own_stream_ = true;
+  }
+
+  void finish_setup() {
+    detail::nccl_check(ncclCommCount(comm_, &size_), "ncclCommCount", where("init"), comm_);
+    detail::nccl_check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", where("init"), comm_);
+    detail::cuda_check(cudaMalloc(&scratch_, sizeof(int) * size_t(size_ + 1)), "cudaMalloc", where("init"));
+    detail::cuda_check(cudaMemset(scratch_, 0, sizeof(int) * size_t(size_ + 1)), "cudaMemset", where("init"));
+  }
+
+  void enter(const char* what) {
+    check(valid(), errc::invalid_argument, [&] {
+      return std::string(what) + " on a null nccl_comm (a rank that split with a negative color joins no group)";
+    });
+    if (aborted_)
+      throw error(errc::aborted, where(what) + ": the communicator was aborted (" + abort_reason_ +
+                                     "); create a new communicator");
+    set_device(what);
+  }
+
+  template <class Msg>
+  void local_check(bool ok, const char* what, Msg&& msg) const {
+    check(ok, errc::invalid_argument,
+          [&] { return std::string(what) + ": rank " + std::to_string(rank_) + " passed " + msg(); });
+  }
+
+  void check_p2p(const char* what, int peer, int tag) const {
+    check(peer >= 0 && peer < size_ && tag >= 0, errc::invalid_argument, [&] {
+      return std::string(what) + ": peer " + std::to_string(peer) + " (range [0, " + std::to_string(size_) +
+             ")) or tag " + std::to_string(tag) + " (must be >= 0) out of range";
+    });
+  }
+
+  template <class T>
+  void reduce(const T* in, T* out, size_t count, reduce_op op) {
+    detail::nccl_check(ncclAllReduce(in, out, count, detail::nccl_type<T>(), op == reduce_op::sum ? ncclSum : ncclMax,
+                                     comm_, stream_),
+                       "ncclAllReduce", where("all_reduce"), comm_);
+    done("all_reduce");
+  }
+
+  /// All-gathers one int per rank through the device scratch buffer.
+  std::vector<int> gather_ints(int mine, const char* what) {
+    detail::cuda_check(cudaMemcpyAsync(scratch_ + 1 + rank_, &mine, sizeof(int), cudaMemcpyHostToDevice, stream_),
+                       "cudaMemcpyAsync", where(what));
+    detail::nccl_check(ncclAllGather(scratch_ + 1 + rank_, scratch_ + 1, 1, ncclInt32, comm_, stream_),
+                       "ncclAllGather", where(what), comm_);
+    settle(what);
+    std::vector<int> all(size_t(size_), 0);
+    detail::cuda_check(cudaMemcpyAsync(all.data(), scratch_ + 1, sizeof(int) * size_t(size_), cudaMemcpyDeviceToHost,
+                                       stream_),
+                       "cudaMemcpyAsync", where(what));
+    wait(what);
+    return all;
+  }
+
+  void done(const char* what, int peer = -1) {
+    settle(what, peer);
+    if (synchronous_) wait(what, peer);
+  }
+
+  /// Waits while the non-blocking communicator reports `ncclInProgress` (an enqueue or init in flight).
+  void settle(const char* what, int peer = -1) {
+    const auto dl = clock::now() + timeout_;
+    for (;;) {
+      ncclResult_t st = ncclSuccess;
+      detail::nccl_check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError", where(what));
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) fail(st, what);
+      if (clock::now() > dl) timed_out(what, peer);
+      std::this_thread::yield();
+    }
+  }
+
+  void wait(const char* what, int peer = -1) {
+    const auto dl = clock::now() + timeout_;
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) detail::cuda_check(q, "cudaStreamQuery", where(what));
+      ncclResult_t st = ncclSuccess;
+      detail::nccl_check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError", where(what));
+      if (st != ncclSuccess && st != ncclInProgress) fail(st, what);
+      if (clock::now() > dl) timed_out(what, peer);
+      std::this_thread::yield();
+    }
+  }
+
+  [[noreturn]] void fail(ncclResult_t st, const char* what) {
+    std::string msg = where(what) + ": asynchronous NCCL error: " + ncclGetErrorString(st);
+    if (const char* last = ncclGetLastError(comm_); last != nullptr && *last != '\0') msg += std::string(" (") + last + ")";
+    abort_reason_ = msg;
+    abort();
+    throw error(std::error_code(int(st), nccl_category()), msg + "; the communicator is aborted");
+  }
+
+  [[noreturn]] void timed_out(const char* what, int peer) {
+    std::string msg = where(what) + " timed out after " + detail::seconds_string(timeout_);
+    msg += peer >= 0 ? " waiting for rank " + std::to_string(peer)
+                     : " waiting for its peers (at least one of the " + std::to_string(size_) +
+                           " ranks did not join)";
+    abort_reason_ = "timeout in " + std::string(what);
+    abort();
+    throw error(errc::timeout, msg + "; the communicator is aborted (ncclCommAbort)");
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool own_stream_ = false;
+  int* scratch_ = nullptr;  // [0]: barrier word, [1, size]: gather_ints
+  int device_ = 0;
+  int rank_ = -1;
+  int size_ = 0;
+  std::chrono::milliseconds timeout_ = default_timeout;
+  bool synchronous_ = true;
+  bool aborted_ = false;
+  std::string abort_reason_;
+};
+
+static_assert(communicator<nccl_comm>);
+static_assert(!host_communicator<nccl_comm>);
+
+}  // namespace dcp
+
+#endif  // DCP_HAS_NCCL()

@@ -1,0 +1,8 @@
+#pragma once
+/// \file
+/// Opt-in umbrella for the MPI tier: everything in `<dcp/dcp.hpp>` plus `mpi_comm` and
+/// `mpi_environment` (`<dcp/comm/mpi.hpp>`). Link `dcp::mpi`; without MPI the backend is absent
+/// and this header is the host umbrella alone.
+
+#include <dcp/comm/mpi.hpp>
+#include <dcp/dcp.hpp>
