@@ -129,6 +129,7 @@ void check_plan_laws(const dcp::dcp_planner& planner, const dcp::analytic_cost& 
   EXPECT_EQ(p.method, planner.name());
   EXPECT_TRUE(p.skipped.empty());
   EXPECT_GT(p.lower_bound_s, 0);
+  EXPECT_NEAR(p.lower_bound_s, dcp::lower_bound(c, batch), 1e-12 * p.lower_bound_s);  // of the whole batch
   EXPECT_GT(p.efficiency(), 0);
   EXPECT_LE(p.efficiency(), 1 + 1e-12);
   EXPECT_EQ(p.gpus, c.gpus());
@@ -183,6 +184,7 @@ TEST(DcpPlanner, RandomBatchesKeepEveryLaw) {
     planner.inter = g.between(0, 3) != 0;
     planner.intra = g.between(0, 3) != 0;
     planner.loss = g.between(0, 1) ? dcp::loss_normalization::token_mean : dcp::loss_normalization::sample_mean;
+    if (g.between(0, 9) == 0) planner.improve_moves = static_cast<std::size_t>(g.between(0, 2));  // little or no improving
     dcp::plan p;
     try {
       p = planner.plan(c, batch);
