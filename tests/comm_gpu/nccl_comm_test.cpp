@@ -116,16 +116,22 @@ class staged {
     T* p = nullptr;
     std::size_t n = 0;
     explicit dev(std::size_t count) : n(count) {
-      if (n) EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+      if (n) {
+        EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+      }
     }
     explicit dev(std::span<const T> h) : dev(h.size()) {
-      if (n) EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+      if (n) {
+        EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+      }
     }
     ~dev() {
       if (p) cudaFree(p);
     }
     void to(std::span<T> h) const {
-      if (n) EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+      if (n) {
+        EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+      }
     }
     std::span<T> span() const { return {p, n}; }
     std::span<const T> cspan() const { return {p, n}; }
