@@ -55,7 +55,7 @@ struct bucketing_lookalike {
 };
 struct recompute_lookalike {
   std::optional<int> choose(const dcp::analytic_cost&, const dcp::analytic_load&, int) const { return 0; }
-  friend bool operator==(recompute_lookalike, recompute_lookalike) = default;
+  bool operator==(const recompute_lookalike&) const = default;
 };
 struct wrong_tag_recompute : recompute_lookalike {
   using policy_concept = dcp::bucketing_tag;
