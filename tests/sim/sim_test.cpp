@@ -1,0 +1,326 @@
+// Simulator, metrics, comparison table, plan JSON (dcp.plan/v1), trace and SVG writers.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/tuning.hpp>
+#include <dcp/sim/methods.hpp>
+#include <dcp/sim/metrics.hpp>
+#include <dcp/sim/plan_json.hpp>
+#include <dcp/sim/report.hpp>
+#include <dcp/sim/simulator.hpp>
+#include <dcp/sim/svg.hpp>
+#include <dcp/sim/trace.hpp>
+#include <dcp/workload/embedded.hpp>
+
+namespace {
+
+using dcp::sequence;
+using json = nlohmann::json;
+
+// Two batches on 2 GPUs, small enough to compute every metric by hand.
+std::vector<dcp::plan> tiny_plans() {
+  dcp::plan a;
+  a.method = "tiny";
+  a.gpus = 2;
+  a.steps.push_back({{0, 2}, 0, 0.0, 1.0, 10.0, {{1, 100, 1, 100, 0.5}}});
+  a.steps.push_back({{0, 1}, 0, 1.0, 2.0, 20.0, {{2, 50, 1, 50, 0.25}, {3, 50, 1, 50, 0.25}}});
+  a.makespan_s = 3;
+  a.lower_bound_s = 1.5;
+  dcp::plan b;
+  b.method = "tiny";
+  b.gpus = 2;
+  b.steps.push_back({{1, 1}, 0, 0.0, 1.0, 5.0, {{4, 100, 1, 100, 1.0}}});
+  b.makespan_s = 1;
+  b.lower_bound_s = 1;
+  b.skipped.push_back({9, 7, "too long"});
+  return {a, b};
+}
+
+TEST(SimMetrics, MatchHandComputedValues) {
+  const auto plans = tiny_plans();
+  std::vector<double> busy;
+  const auto m = dcp::sim::measure(plans[0], &busy);
+  EXPECT_EQ(busy, (std::vector<double>{3.0, 1.0}));
+  EXPECT_DOUBLE_EQ(m.makespan_s, 3);
+  EXPECT_DOUBLE_EQ(m.busy_s, 4);
+  EXPECT_DOUBLE_EQ(m.imbalance, (0.0 + 2.0) / 2 / 3);  // mean_r (makespan - busy_r) / makespan
+  EXPECT_DOUBLE_EQ(m.peak_memory_bytes, 20);
+  EXPECT_EQ(m.sequences, 3);
+  EXPECT_EQ(m.tokens, 200);
+  EXPECT_EQ(m.steps, 2);
+
+  dcp::sim::run_metrics r;
+  r.add(plans[0], 0.5);
+  r.add(plans[1], 1.5);
+  EXPECT_EQ(r.method, "tiny");
+  EXPECT_EQ(r.batches, 2);
+  EXPECT_EQ(r.tokens, 300);
+  EXPECT_EQ(r.sequences, 4);
+  EXPECT_EQ(r.skipped, 1);
+  EXPECT_DOUBLE_EQ(r.makespan_s, 4);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, 300.0 / 4);
+  EXPECT_DOUBLE_EQ(r.efficiency, 2.5 / 4);
+  EXPECT_DOUBLE_EQ(r.imbalance, (1.0 / 3 + 0.5) / 2);
+  EXPECT_DOUBLE_EQ(r.plan_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(r.plan_seconds_max, 1.5);
+  EXPECT_DOUBLE_EQ(r.peak_memory_bytes, 20);
+  EXPECT_EQ(r.busy_s, (std::vector<double>{3.0, 2.0}));
+  EXPECT_EQ(r.idle_s, (std::vector<double>{1.0, 2.0}));
+}
+
+struct small_run {
+  dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 8);
+  dcp::dataset data;
+  std::vector<std::vector<sequence>> batches;
+  small_run() {
+    data = dcp::workloads::make("opensora-zipf10", 5);
+    data.resize(1500);
+    batches = dcp::epoch_batches(cost, data, 0, 5);
+  }
+};
+
+TEST(Simulator, PlansEveryBatchAndAccountsForEverySequence) {
+  const small_run run;
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto r = dcp::sim::simulate(run.cost, dcp::dynamic_cp_planner{}, run.batches, opt);
+  ASSERT_EQ(r.plans.size(), run.batches.size());
+  EXPECT_EQ(r.metrics.method, "dynamic_cp");
+  EXPECT_EQ(r.metrics.batches, static_cast<std::int64_t>(run.batches.size()));
+  EXPECT_EQ(r.metrics.sequences, static_cast<std::int64_t>(run.data.size()));
+  std::int64_t tokens = 0;
+  for (const auto& s : run.data) tokens += run.cost.tokens_of(s);
+  EXPECT_EQ(r.metrics.tokens, tokens);
+  double makespan = 0, bound = 0;
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    EXPECT_TRUE(dcp::plan_violations(r.plans[i], run.batches[i], run.cost).empty());
+    makespan += r.plans[i].makespan_s, bound += r.plans[i].lower_bound_s;
+  }
+  EXPECT_DOUBLE_EQ(r.metrics.makespan_s, makespan);
+  EXPECT_DOUBLE_EQ(r.metrics.efficiency, bound / makespan);
+  EXPECT_LE(r.metrics.efficiency, 1.0);
+  EXPECT_GT(r.metrics.plan_seconds, 0);
+  ASSERT_EQ(r.metrics.busy_s.size(), 8u);
+  for (std::size_t g = 0; g < 8; ++g) EXPECT_NEAR(r.metrics.busy_s[g] + r.metrics.idle_s[g], makespan, 1e-9 * makespan);
+  // Without keep_plans only the metrics come back, and they are the same.
+  const auto lean = dcp::sim::simulate(run.cost, dcp::dynamic_cp_planner{}, run.batches);
+  EXPECT_TRUE(lean.plans.empty());
+  EXPECT_EQ(lean.metrics.tokens, r.metrics.tokens);
+  EXPECT_DOUBLE_EQ(lean.metrics.makespan_s, r.metrics.makespan_s);
+}
+
+TEST(SimMethods, EveryMethodRunsByName) {
+  const small_run run;
+  dcp::sim::method_settings settings;
+  std::vector<dcp::sim::run_metrics> rows;
+  for (auto name : dcp::sim::default_methods) {
+    const auto r = dcp::sim::run_method(name, run.cost, run.data, run.batches, settings);
+    EXPECT_EQ(r.metrics.method, name);
+    EXPECT_EQ(r.metrics.sequences, static_cast<std::int64_t>(run.data.size())) << name;
+    EXPECT_GT(r.metrics.tokens_per_s, 0) << name;
+    EXPECT_LE(r.metrics.efficiency, 1.0 + 1e-12) << name;
+    rows.push_back(r.metrics);
+  }
+  EXPECT_DOUBLE_EQ(dcp::sim::speedup_vs_bucket(rows[3], rows), 1.0);
+  try {
+    dcp::sim::validate_method("bukket");
+    ADD_FAILURE() << "unknown method accepted";
+  } catch (const dcp::error& e) {
+    EXPECT_EQ(e.code(), dcp::errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("unknown method 'bukket'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("dynamic_cp"), std::string::npos) << "lists the valid names";
+  }
+}
+
+std::set<std::string> keys(const json& j) {
+  std::set<std::string> out;
+  for (const auto& [k, v] : j.items()) out.insert(k);
+  return out;
+}
+
+TEST(PlanJson, HasExactlyTheDesignFieldsAndEverySequenceOnce) {
+  const small_run run;
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto r = dcp::sim::run_method("bucket", run.cost, run.data, run.batches, {}, opt);
+  std::ostringstream os;
+  dcp::sim::write_plan_json(os, run.cost, std::span<const dcp::plan>(r.plans));
+  const json doc = json::parse(os.str());
+
+  EXPECT_EQ(keys(doc), (std::set<std::string>{"format", "method", "gpus", "gpus_per_node", "memory_capacity_bytes",
+                                              "model", "device", "batches"}));
+  EXPECT_EQ(doc["format"], "dcp.plan/v1");
+  EXPECT_EQ(doc["method"], "bucket");
+  EXPECT_EQ(doc["gpus"], 8);
+  EXPECT_EQ(doc["gpus_per_node"], 8);
+  EXPECT_DOUBLE_EQ(doc["memory_capacity_bytes"].get<double>(), run.cost.capacity());
+  EXPECT_EQ(doc["model"]["name"], "stdit3-xl");
+  EXPECT_EQ(doc["model"]["blocks"], 56);
+  EXPECT_EQ(doc["model"]["attention"], "factorized_2d");
+  EXPECT_EQ(doc["device"]["name"], "h200");
+  EXPECT_DOUBLE_EQ(doc["device"]["peak"].get<double>(), 989e12);
+
+  std::map<std::int64_t, const sequence*> by_id;
+  for (const auto& s : run.data) by_id[s.id] = &s;
+  std::map<std::int64_t, int> seen;
+  ASSERT_EQ(doc["batches"].size(), run.batches.size());
+  for (std::size_t b = 0; b < doc["batches"].size(); ++b) {
+    const json& batch = doc["batches"][b];
+    EXPECT_EQ(keys(batch), (std::set<std::string>{"index", "makespan_s", "lower_bound_s", "steps"}));
+    EXPECT_EQ(batch["index"], b);
+    for (const json& step : batch["steps"]) {
+      EXPECT_EQ(keys(step), (std::set<std::string>{"ranks", "sp", "start_s", "time_s", "memory_bytes",
+                                                   "checkpointed_blocks", "sequences"}));
+      const int sp = step["sp"];
+      ASSERT_EQ(step["ranks"].size(), static_cast<std::size_t>(sp));
+      EXPECT_EQ(step["ranks"][0].get<int>() % sp, 0);
+      dcp::analytic_load load{};
+      for (const json& q : step["sequences"]) {
+        EXPECT_EQ(keys(q), (std::set<std::string>{"id", "tokens", "shape", "loss_weight"}));
+        const sequence& s = *by_id.at(q["id"].get<std::int64_t>());
+        EXPECT_EQ(q["shape"], json::array({s.frames, s.spatial}));
+        EXPECT_EQ(q["tokens"], run.cost.tokens_of(s));
+        ++seen[s.id];
+        load = load + run.cost.load_of(s);
+      }
+      const int k = step["checkpointed_blocks"];
+      EXPECT_DOUBLE_EQ(step["time_s"].get<double>(), run.cost.time(load, sp, k));
+      EXPECT_DOUBLE_EQ(step["memory_bytes"].get<double>(), run.cost.memory(load, sp, k));
+    }
+  }
+  EXPECT_EQ(seen.size(), run.data.size());
+  for (const auto& [id, n] : seen) EXPECT_EQ(n, 1) << "sequence " << id;
+}
+
+TEST(PlanJson, ListsSkippedSequencesOnlyWhenThereAreSome) {
+  const auto plans = tiny_plans();
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 2);
+  const json doc = dcp::sim::plan_json(cost, std::span<const dcp::plan>(plans));
+  EXPECT_FALSE(doc["batches"][0].contains("skipped"));
+  ASSERT_TRUE(doc["batches"][1].contains("skipped"));
+  EXPECT_EQ(doc["batches"][1]["skipped"][0]["id"], 9);
+  EXPECT_THROW(dcp::sim::write_plan_json("/nonexistent-dir/plan.json", cost, std::span<const dcp::plan>(plans)),
+               dcp::error);
+}
+
+TEST(Trace, HasOneTrackPerGpuAndOneEventPerStepAndGpu) {
+  const small_run run;
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto a = dcp::sim::run_method("dcp", run.cost, run.data, run.batches, {}, opt);
+  const auto b = dcp::sim::run_method("packed", run.cost, run.data, run.batches, {}, opt);
+  const std::vector<dcp::sim::timeline> runs{{"dcp", a.plans}, {"packed", b.plans}};
+  std::ostringstream os;
+  dcp::sim::write_trace(os, runs);
+  const json doc = json::parse(os.str());
+  ASSERT_TRUE(doc.contains("traceEvents"));
+  std::map<int, std::set<int>> tracks;
+  std::map<int, std::int64_t> events;
+  std::map<int, std::string> names;
+  for (const json& e : doc["traceEvents"]) {
+    if (e["name"] == "thread_name") {
+      EXPECT_TRUE(tracks[e["pid"].get<int>()].insert(e["tid"].get<int>()).second) << "a GPU named twice";
+    }
+    if (e["name"] == "process_name") names[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+    if (e["ph"] == "X") {
+      ++events[e["pid"].get<int>()];
+      EXPECT_GE(e["dur"].get<double>(), 0);
+    }
+  }
+  ASSERT_EQ(tracks.size(), 2u);
+  for (const auto& [pid, gpus] : tracks) {
+    EXPECT_EQ(gpus.size(), 8u);
+    EXPECT_EQ(*gpus.rbegin(), 7);
+  }
+  EXPECT_EQ(names[1], "dcp");
+  EXPECT_EQ(names[2], "packed");
+  auto gpu_steps = [](const std::vector<dcp::plan>& plans) {
+    std::int64_t n = 0;
+    for (const auto& p : plans)
+      for (const auto& s : p.steps) n += s.sp();
+    return n;
+  };
+  EXPECT_EQ(events[1], gpu_steps(a.plans));
+  EXPECT_EQ(events[2], gpu_steps(b.plans));
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Svg, HasOneLanePerGpuAndOneBoxPerStep) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 24);
+  auto data = dcp::workloads::make("cogvideox-zipf50", 2);
+  data.resize(800);
+  const auto batches = dcp::epoch_batches(cost, data, 0, 2);
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto a = dcp::sim::run_method("dcp", cost, data, batches, {}, opt);
+  const auto b = dcp::sim::run_method("bucket", cost, data, batches, {}, opt);
+  const std::vector<dcp::sim::timeline> runs{{"dcp", a.plans}, {"bucket", b.plans}};
+  std::ostringstream os;
+  dcp::sim::write_svg(os, runs);
+  const std::string svg = os.str();
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_EQ(count(svg, "class=\"lane\""), 2u * 24u);
+  for (int r = 0; r < 24; ++r) EXPECT_EQ(count(svg, "data-gpu=\"" + std::to_string(r) + "\""), 2u) << "GPU " << r;
+  std::size_t steps = 0;
+  for (const auto* plans : {&a.plans, &b.plans})
+    for (const auto& p : *plans) steps += p.steps.size();
+  EXPECT_EQ(count(svg, "class=\"step\""), steps);
+  EXPECT_EQ(count(svg, "class=\"method\""), 2u);
+  EXPECT_EQ(count(svg, "<title>"), steps) << "every box has its tooltip";
+}
+
+TEST(Report, TableAndJsonHaveEveryMethod) {
+  const auto plans = tiny_plans();
+  dcp::sim::run_metrics bucket, fast;
+  bucket.add(plans[0], 0.01);
+  bucket.method = "bucket";
+  fast.add(plans[1], 0.002);
+  fast.method = "dcp";
+  const std::vector<dcp::sim::run_metrics> rows{fast, bucket};
+  const dcp::sim::comparison_header h{"w", "cogvideox-5b", "h200", 2, 8, 4, 400, 2};
+  const json j = dcp::sim::table_json(h, rows);
+  EXPECT_EQ(keys(j), (std::set<std::string>{"workload", "model", "device", "gpus", "sequences", "tokens", "methods"}));
+  ASSERT_EQ(j["methods"].size(), 2u);
+  EXPECT_EQ(keys(j["methods"][0]), (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_bucket", "efficiency",
+                                                            "imbalance", "peak_memory_bytes", "plan_seconds", "skipped"}));
+  EXPECT_EQ(j["methods"][0]["method"], "dcp");
+  EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_bucket"].get<double>(), (100.0 / 1) / (200.0 / 3));
+  EXPECT_DOUBLE_EQ(j["methods"][1]["speedup_vs_bucket"].get<double>(), 1.0);
+  EXPECT_EQ(j["methods"][0]["skipped"], 1);
+
+  std::ostringstream os;
+  dcp::sim::print_table(os, h, rows);
+  const std::string text = os.str();
+  for (const char* col : {"tokens/s", "vs bucket", "efficiency", "imbalance", "peak memory", "plan time", "skipped"})
+    EXPECT_NE(text.find(col), std::string::npos) << col;
+  EXPECT_NE(text.find("1.50x"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.00x"), std::string::npos) << text;
+
+  // Without a bucket row the speedup is unknown: null in JSON, '-' in the table.
+  const std::vector<dcp::sim::run_metrics> alone{fast};
+  EXPECT_TRUE(dcp::sim::table_json(h, alone)["methods"][0]["speedup_vs_bucket"].is_null());
+}
+
+}  // namespace
