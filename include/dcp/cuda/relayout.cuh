@@ -333,7 +333,10 @@ void relayout(C& comm, const relayout_map& m, std::span<const T> in, std::span<T
   else
     comm.all_to_all_v(send, std::span<const std::size_t>(m.send_counts), recv,
                       std::span<const std::size_t>(m.recv_counts));
-  if constexpr (requires { comm.synchronize(); }) comm.synchronize();  // device communicators complete here
+  // A device communicator in asynchronous mode (nccl_comm::set_synchronous(false)) has only enqueued
+  // the exchange on its stream: wait for it, under its deadline, before reading the receive buffer.
+  if constexpr (requires { comm.synchronous(); comm.wait(); })
+    if (!comm.synchronous()) comm.wait();
   thrust::transform(pol, e0, e0 + m.out_size(), out.data(),
                     detail::gather_rows_fn<T>{detail::raw(ws.recv), detail::raw(m.out_index), m.row});
 }
