@@ -1,0 +1,185 @@
+#pragma once
+/// \file
+/// The reference integration of `dcp::scheduler` into a training loop (issue 6), and the
+/// single-process full-batch step it is proven equal to.
+///
+/// Per global batch (the same on every rank, from the scheduler's sampler):
+///   1. `plan = sched.plan(batch)`, no communication;
+///   2. `sched.verify(plan)`: one all-reduce, every rank fails before any step if ranks disagree;
+///   3. for each of this rank's `sched.steps_for(plan)`: build the rank's token shard of the
+///      packed step, run forward/backward with the step's group communicator, its checkpointed
+///      blocks (the cost model's k of L mapped onto the model's blocks) and the sequences' loss
+///      weights; gradients accumulate locally, no per-rank averaging;
+///   4. one `all_reduce(sum)` of gradients (and the loss) over all ranks;
+///   5. the optimizer step (SGD or Adam), identical on every rank.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/comm/local.hpp>
+#include <dcp/comm/shard.hpp>
+#include <dcp/cost/analytic.hpp>
+#include <dcp/cost/device.hpp>
+#include <dcp/model/transformer.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/sequence.hpp>
+
+#include "synthetic_data.hpp"
+#include "tiny_transformer.hpp"
+
+namespace cpu_train {
+
+enum class optimizer_kind { sgd, adam };
+
+struct optimizer_config {
+  optimizer_kind kind = optimizer_kind::adam;
+  double lr = 1e-2;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+/// SGD or Adam (with bias correction) on a flat parameter vector.
+template <class T>
+class optimizer {
+ public:
+  optimizer(optimizer_config c, std::size_t size) : c_(c), m_(size, T(0)), v_(size, T(0)) {}
+  void step(std::span<T> params, std::span<const T> grads) {
+    ++t_;
+    if (c_.kind == optimizer_kind::sgd) {
+      for (std::size_t i = 0; i < params.size(); ++i) params[i] -= T(c_.lr) * grads[i];
+      return;
+    }
+    const T b1 = T(c_.beta1), b2 = T(c_.beta2);
+    const T c1 = T(1) - T(std::pow(c_.beta1, t_)), c2 = T(1) - T(std::pow(c_.beta2, t_));
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      m_[i] = b1 * m_[i] + (T(1) - b1) * grads[i];
+      v_[i] = b2 * v_[i] + (T(1) - b2) * grads[i] * grads[i];
+      params[i] -= T(c_.lr) * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + T(c_.eps));
+    }
+  }
+
+ private:
+  optimizer_config c_;
+  std::vector<T> m_, v_;
+  int t_ = 0;
+};
+
+/// How the trainer picks the checkpointed blocks of a micro-step.
+enum class recompute_mode {
+  plan,  ///< the plan's k of the cost model's L, mapped proportionally onto the model's blocks
+  off,   ///< never recompute
+  all,   ///< checkpoint every block
+};
+
+/// The model's checkpointed blocks for a plan step that checkpoints `k` of the cost model's
+/// `cost_blocks`: ceil(k * L_model / L_cost), so any recompute in the plan recomputes here too.
+inline int map_checkpointed(int k, int cost_blocks, int model_blocks) noexcept {
+  if (k <= 0 || cost_blocks <= 0) return 0;
+  return std::min(model_blocks, int((std::int64_t(k) * model_blocks + cost_blocks - 1) / cost_blocks));
+}
+
+/// The `transformer_spec` the planner prices for `c` (same L, h, heads, MLP; no text tokens).
+inline dcp::transformer_spec tiny_spec(const model_config& c) {
+  return {"cpu-tiny", c.blocks, c.hidden, c.heads, c.mlp, 2,
+          c.causal ? dcp::attention_kind::causal : dcp::attention_kind::full, 0};
+}
+
+/// A device for the analytic model, scaled to the tiny model on CPUs: a sequence of
+/// `fit_tokens` tokens just fits one rank with nothing checkpointed, so longer ones need
+/// recompute or sp > 1, and small per-step overheads make packing short sequences pay.
+inline dcp::device_spec cpu_device(const dcp::transformer_spec& spec, int world, double fit_tokens) {
+  dcp::device_spec d{"cpu-scaled", 2e10, 0.5, 128, 2e-5, 2e-5, 2e9, 1e9, 8, 0, 0.9, 34};
+  const double p = spec.parameters();
+  const double fixed = 4 * p + 12 * p / world;
+  d.mem_bytes = (fixed + (spec.blocks + 1) * d.beta * double(spec.hidden) * fit_tokens) / d.usable;
+  return d;
+}
+
+/// One sequence of a packed step: its id, length and the loss weight of each of its tokens.
+struct segment {
+  std::int64_t id = 0;
+  std::int64_t tokens = 0;
+  double token_weight = 0;
+};
+
+/// This rank's shard (`group_rank` of `sp`) of the packed step made of `segments`, in order.
+inline packed_shard make_shard(const synthetic_data& data, std::span<const segment> segments, int sp, int group_rank) {
+  packed_shard s;
+  s.seq_begin.push_back(0);
+  for (const auto& g : segments) s.seq_begin.push_back(s.seq_begin.back() + g.tokens);
+  s.tokens_shard = dcp::shard_of(s.total(), sp, group_rank);
+  const std::int64_t b = s.tokens_shard.begin, e = s.tokens_shard.end();
+  for (std::size_t q = 0; q < segments.size(); ++q) {
+    const std::int64_t lo = std::max(b, s.seq_begin[q]), hi = std::min(e, s.seq_begin[q + 1]);
+    if (lo >= hi) continue;
+    const auto toks = data.tokens(segments[q].id, segments[q].tokens);
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const std::int64_t p = i - s.seq_begin[q];
+      s.tokens.push_back(toks[size_t(p)]);
+      s.targets.push_back(toks[size_t(p + 1)]);
+      s.positions.push_back(int(p));
+      s.weights.push_back(segments[q].token_weight);
+    }
+  }
+  return s;
+}
+
+/// What one training step did on this rank.
+struct step_summary {
+  double loss = 0;
+  dcp::plan plan;
+  std::size_t micro_steps = 0;        ///< this rank's micro-steps
+  std::int64_t recomputed_blocks = 0;  ///< model blocks recomputed by this rank, summed over its micro-steps
+};
+
+/// One training step under the scheduler's plan (collective over `sched.world()`).
+template <class T, class Scheduler>
+step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<T>& opt, const synthetic_data& data,
+                        std::span<const dcp::sequence> batch, recompute_mode mode = recompute_mode::plan) {
+  step_summary out;
+  out.plan = sched.plan(batch);
+  sched.verify(out.plan);
+  auto steps = sched.steps_for(out.plan);
+  const std::size_t n = model.params().size();
+  std::vector<T> g(n + 1, T(0));  // gradients, then the loss: one all-reduce
+  T loss = 0;
+  const int L = model.config().blocks, cost_L = sched.cost().blocks();
+  for (const auto& st : steps) {
+    std::vector<segment> segs;
+    for (const auto& q : st.sequences) segs.push_back({q.id, q.tokens, q.loss_weight / double(q.tokens)});
+    const packed_shard shard = make_shard(data, segs, st.sp(), st.group_rank);
+    const int k = mode == recompute_mode::plan ? map_checkpointed(st.checkpointed_blocks, cost_L, L)
+                  : mode == recompute_mode::all ? L
+                                                : 0;
+    out.recomputed_blocks += k;
+    auto* comm = st.sp() > 1 ? &st.comm() : nullptr;
+    loss += model.forward_backward(shard, comm, k, std::span<T>(g).first(n));
+  }
+  out.micro_steps = steps.size();
+  g[n] = loss;
+  sched.world().all_reduce(std::span<T>(g), dcp::reduce_op::sum);
+  opt.step(std::span<T>(model.params()), std::span<const T>(g).first(n));
+  out.loss = double(g[n]);
+  return out;
+}
+
+/// The single-process reference: the whole batch as one full batch (one packed step, sp = 1,
+/// nothing checkpointed), loss = mean token cross-entropy over the batch. Returns the loss.
+template <class T>
+double reference_step(tiny_transformer<T>& model, optimizer<T>& opt, const synthetic_data& data,
+                      std::span<const dcp::sequence> batch) {
+  std::int64_t total = 0;
+  for (const auto& s : batch) total += s.shape_tokens();
+  std::vector<segment> segs;
+  for (const auto& s : batch) segs.push_back({s.id, s.shape_tokens(), 1.0 / double(total)});
+  const packed_shard shard = make_shard(data, segs, 1, 0);
+  std::vector<T> g(model.params().size(), T(0));
+  const T loss = model.forward_backward(shard, static_cast<dcp::local_comm*>(nullptr), 0, std::span<T>(g));
+  opt.step(std::span<T>(model.params()), std::span<const T>(g));
+  return double(loss);
+}
+
+}  // namespace cpu_train
