@@ -35,7 +35,7 @@
 #include <dcp/comm/mpi.hpp>
 #endif
 
-namespace {
+namespace dcp_static_checks {
 
 // ---- how many axes a type models (every shipped model must model exactly one) ------------------
 template <class T>
@@ -305,7 +305,7 @@ static_assert(std::is_same_v<decltype(std::declval<sched&>().steps_for(std::decl
                              std::vector<dcp::micro_step<dcp::local_comm>>>);
 static_assert(std::is_same_v<decltype(std::declval<dcp::micro_step<dcp::local_comm>&>().comm()), dcp::local_comm&>);
 
-}  // namespace
+}  // namespace dcp_static_checks
 
 int main() {
   std::puts("dcp static checks: compiled");
