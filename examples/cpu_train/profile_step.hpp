@@ -1,0 +1,137 @@
+#pragma once
+/// \file
+/// The CPU example profiles itself: the step function `dcp::profile_model` calls (a real step
+/// of the tiny transformer truncated to the point's depth, on the point's sp ranks as local
+/// threads), the example's memory capacity, and the report of issue 6 (profiling cost vs an
+/// exhaustive profile; 2-block extrapolation vs full-depth measurements).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/bucketing/geometric_bucketing.hpp>
+#include <dcp/comm/local.hpp>
+#include <dcp/profile/profile_table.hpp>
+#include <dcp/profile/profiler.hpp>
+
+#include "synthetic_data.hpp"
+#include "tiny_transformer.hpp"
+#include "trainer.hpp"
+
+namespace cpu_train {
+
+/// Static bytes per rank: parameters, gradients and Adam's two moments (not sharded here).
+template <class T>
+double static_bytes(const model_config& c) {
+  return 4.0 * double(param_layout(c).size) * sizeof(T);
+}
+
+/// A capacity for the real CPU model with the same meaning as `cpu_device`'s: a sequence of
+/// `fit_tokens` tokens about fits one rank with nothing checkpointed.
+template <class T>
+double cpu_capacity(const model_config& c, double fit_tokens) {
+  const double per_token_block = (9.0 * c.hidden + 2.0 * c.mlp) * sizeof(T);
+  return static_bytes<T>(c) + (c.blocks + 1) * per_token_block * fit_tokens;
+}
+
+/// Runs `p`: `batch` sequences of `tokens` tokens through `model` (its depth is the point's) on
+/// `sp` local ranks; rank 0 runs on the calling thread, so the caller's meter counts its memory.
+template <class T>
+void run_point(const tiny_transformer<T>& model, const synthetic_data& data, std::int64_t tokens, int batch, int sp,
+               int checkpointed) {
+  std::vector<segment> segs;
+  for (int i = 0; i < batch; ++i) segs.push_back({1000000 + i, tokens, 1.0 / double(tokens * batch)});
+  auto body = [&](int rank, auto* comm) {
+    const packed_shard shard = make_shard(data, segs, sp, rank);
+    std::vector<T> grads(model.params().size(), T(0));
+    model.forward_backward(shard, comm, checkpointed, std::span<T>(grads));
+  };
+  if (sp == 1) {
+    body(0, static_cast<dcp::local_comm*>(nullptr));
+    return;
+  }
+  dcp::local_world::run(sp, [&](dcp::local_comm& c) { body(c.rank(), &c); });
+}
+
+/// Profiles the model on the data's length groups (geometric, x2 from 32 tokens) for `world`
+/// ranks and `capacity` bytes per rank.
+template <class T>
+dcp::profile_table profile_cpu_model(const model_config& c, const synthetic_data& data, int world, double capacity,
+                                     bool progress, int sequences = 2000, int max_batch = 16) {
+  model_config one = c, two = c;
+  one.blocks = 1;
+  two.blocks = 2;
+  const tiny_transformer<T> m1(one), m2(two);
+  const auto spec = tiny_spec(c);
+  dcp::profiler_options opt;
+  opt.warmup = 1;
+  opt.repeats = 3;
+  opt.max_batch = max_batch;
+  opt.progress = progress ? &std::cout : nullptr;
+  const auto dataset = data.make(sequences);
+  return dcp::profile_model(
+      spec, "cpu-scaled", world, 8, capacity, static_bytes<T>(c), dcp::geometric_bucketing{32, 2.0, 1 << 20},
+      std::span<const dcp::sequence>(dataset),
+      [&](const dcp::profile_point& p) {
+        run_point(p.blocks == 1 ? m1 : m2, data, p.tokens, p.batch, p.sp, p.checkpointed_blocks);
+      },
+      opt);
+}
+
+/// Measures full-depth steps of `c` and compares them with the table's extrapolation.
+struct extrapolation_check {
+  std::int64_t tokens;
+  int sp, batch, k;
+  double predicted_s, measured_s, predicted_bytes, measured_bytes;
+};
+
+template <class T>
+std::vector<extrapolation_check> check_extrapolation(const model_config& c, const synthetic_data& data,
+                                                     const dcp::profile_table& t, std::size_t count = 4) {
+  const tiny_transformer<T> full(c);
+  std::vector<extrapolation_check> out;
+  // A few entries spread over the table (different lengths, sp, batch, k).
+  std::vector<const dcp::profile_entry*> picks;
+  for (const auto& e : t.entries)
+    if (e.checkpointed_blocks == 0 || e.checkpointed_blocks == c.blocks / 2 || e.checkpointed_blocks == c.blocks)
+      picks.push_back(&e);
+  const std::size_t stride = std::max<std::size_t>(1, picks.size() / count);
+  dcp::host_meter meter;
+  for (std::size_t i = stride / 2; i < picks.size() && out.size() < count; i += stride) {
+    const auto& e = *picks[i];
+    std::vector<double> times;
+    double mem = 0;
+    for (int r = 0; r < 4; ++r) {
+      const auto m = meter.measure([&] { run_point(full, data, e.tokens, e.batch, e.sp, e.checkpointed_blocks); });
+      if (r > 0) times.push_back(m.time_s);
+      mem = std::max(mem, m.memory_bytes);
+    }
+    std::sort(times.begin(), times.end());
+    out.push_back({e.tokens, e.sp, e.batch, e.checkpointed_blocks, e.time_s, times[times.size() / 2],
+                   e.memory_bytes - t.static_memory_bytes, mem});
+  }
+  return out;
+}
+
+/// Prints issue 6's report: profiling cost vs exhaustive, and the extrapolation error.
+inline void print_profile_report(const dcp::profile_table& t, const std::vector<extrapolation_check>& checks) {
+  std::printf("profile: %zu entries from %lld runs in %.2f s; an exhaustive full-depth profile of the same entries "
+              "would take %lld runs, ~%.2f s (%.1fx the runs, %.1fx the time)\n",
+              t.entries.size(), (long long)t.stats.runs, t.stats.seconds, (long long)t.stats.exhaustive_runs,
+              t.stats.exhaustive_seconds, double(t.stats.exhaustive_runs) / double(std::max<std::int64_t>(1, t.stats.runs)),
+              t.stats.exhaustive_seconds / std::max(1e-9, t.stats.seconds));
+  std::printf("2-block extrapolation vs full-depth (L=%d) measurement:\n", t.model.blocks);
+  for (const auto& c : checks)
+    std::printf("  tokens %5lld sp %d batch %2d k %d: time %.2f ms vs %.2f ms (%+.1f%%), activation memory %.3f MB "
+                "vs %.3f MB (%+.2f%%)\n",
+                (long long)c.tokens, c.sp, c.batch, c.k, c.predicted_s * 1e3, c.measured_s * 1e3,
+                100 * (c.predicted_s / c.measured_s - 1), c.predicted_bytes / 1e6, c.measured_bytes / 1e6,
+                100 * (c.predicted_bytes / c.measured_bytes - 1));
+}
+
+}  // namespace cpu_train
