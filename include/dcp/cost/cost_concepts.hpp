@@ -15,7 +15,7 @@
 ///   - `c.capacity()` (bytes per GPU), `c.blocks()` (L), `c.gpus()` (N), `c.gpus_per_node()` (G),
 ///     `c.heads()` (sp must divide it).
 /// Laws: time and memory are positive for a non-empty load; memory does not grow with k and
-/// does not grow with sp; time does not fall with k; `work_floor(l, sp, k) <= sp * time(l, sp, k)`.
+/// does not grow with sp; time does not fall with k; `work_floor(l, sp, k) <= sp * time(l, sp, k)` for every step that fits.
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <concepts>

@@ -13,6 +13,7 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/group/buddy_groups.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
@@ -66,7 +67,7 @@ std::int64_t largest_feasible_tokens(const C& cost) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     (fits(mid) ? lo : hi) = mid;
   }
-  return lo;
+  return lo == 0 ? 0 : cost.tokens_of(make_sequence(0, lo));  // in model tokens, like the message's length
 }
 
 /// The error for a sequence no configuration can hold.
@@ -80,11 +81,13 @@ error infeasible_error(const C& cost, const sequence& s) {
                                      " tokens; use more GPUs or memory, or on_infeasible = skip");
 }
 
-/// Validates a batch (positive shapes, unique ids) and splits it into sequences that have at
+/// Validates the job (cost model, GPU layout) and the batch (positive shapes, unique ids), and splits it into sequences that have at
 /// least one feasible option and those that have none, following `policy`.
 template <cost_model C>
 std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence> batch, infeasible_policy policy,
                                          std::vector<skipped_sequence>& skipped) {
+  if constexpr (requires { cost.validate(); }) cost.validate();
+  buddy_groups{cost.gpus(), cost.gpus_per_node()}.validate();
   check(!batch.empty(), errc::invalid_argument,
         [] { return std::string("empty batch: a global batch needs at least one sequence"); });
   std::vector<std::int64_t> ids;
