@@ -1,0 +1,74 @@
+// Planner latency for (GPUs, sequences) = (32, 512), (256, 4096), (1024, 16384), (8192, 131072),
+// templated over the planners. A batch is drawn from cogvideox-zipf10 (several seeds, ids made
+// unique) and planned for cogvideox-5b on H200; bucket and packed are tuned on it first (outside
+// the timing). Counters: sequences, GPUs, efficiency (lower bound / makespan), makespan, steps.
+// Targets of issue 3 for dcp on one core: (32, 512) <= 1 ms, (1024, 16384) <= 30 ms,
+// (8192, 131072) <= 400 ms.
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
+#include <dcp/workload/embedded.hpp>
+
+namespace {
+
+// `count` sequences of cogvideox-zipf10 (seeds 0, 1, ... as needed), ids 0..count-1.
+const std::vector<dcp::sequence>& batch_of(std::int64_t count) {
+  static std::map<std::int64_t, std::vector<dcp::sequence>> cache;
+  auto& batch = cache[count];
+  for (std::uint64_t seed = 0; static_cast<std::int64_t>(batch.size()) < count; ++seed)
+    for (auto s : dcp::workloads::make("cogvideox-zipf10", seed)) {
+      if (static_cast<std::int64_t>(batch.size()) == count) break;
+      s.id = static_cast<std::int64_t>(batch.size());
+      batch.push_back(s);
+    }
+  return batch;
+}
+
+template <class P>
+P prepared(const dcp::analytic_cost& cost, std::span<const dcp::sequence> batch) {
+  if constexpr (requires(const P& p) { p.tune(cost, batch); })
+    return P{}.tune(cost, batch);
+  else
+    return P{};
+}
+
+template <class P>
+void plan_latency(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  const auto& batch = batch_of(state.range(1));
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), gpus);
+  const P planner = prepared<P>(cost, batch);
+  dcp::plan p;
+  for (auto _ : state) {
+    p = planner.plan(cost, std::span<const dcp::sequence>(batch));
+    benchmark::DoNotOptimize(p);  // the whole plan: DoNotOptimize on a double member garbles it (benchmark 1.7)
+  }
+  state.counters["gpus"] = gpus;
+  state.counters["sequences"] = static_cast<double>(batch.size());
+  state.counters["efficiency"] = p.efficiency();
+  state.counters["makespan_s"] = p.makespan_s;
+  state.counters["steps"] = static_cast<double>(p.steps.size());
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch.size()));
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  b->Args({32, 512})->Args({256, 4096})->Args({1024, 16384})->Args({8192, 131072});
+  b->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+BENCHMARK_TEMPLATE(plan_latency, dcp::dcp_planner)->Apply(sizes);
+BENCHMARK_TEMPLATE(plan_latency, dcp::bucket_planner)->Apply(sizes);
+BENCHMARK_TEMPLATE(plan_latency, dcp::packed_planner)->Apply(sizes);
+BENCHMARK_TEMPLATE(plan_latency, dcp::dynamic_cp_planner)->Apply(sizes);
