@@ -36,6 +36,11 @@
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/policies.hpp>
+#include <dcp/profile/memory_counter.hpp>
+#include <dcp/profile/profile_json.hpp>
+#include <dcp/profile/profile_table.hpp>
+#include <dcp/profile/profiled_cost.hpp>
+#include <dcp/profile/profiler.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
