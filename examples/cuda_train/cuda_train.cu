@@ -500,11 +500,7 @@ int run(int argc, char** argv) {
     const dcp::global_batch batch = sched.sampler().next();
     const dcp::plan p = sched.plan(batch.sequences);
 #if DCP_HAS_MPI()
-    // Ranks agree on the plan (host all-reduce of its hash on the bootstrap communicator).
-    std::uint64_t hv[2] = {p.hash(), ~p.hash()};
-    boot.all_reduce(std::span<std::uint64_t>(hv), dcp::reduce_op::max);
-    dcp::check(hv[0] == p.hash() && hv[1] == ~p.hash(), dcp::errc::mismatch,
-               [&] { return "rank " + std::to_string(rank) + " planned a different batch; same seed everywhere"; });
+    sched.verify(p, boot);  // ranks agree on the plan: NCCL moves device memory, so verify over MPI
 #endif
     thrust::fill(M.grads.begin(), M.grads.end(), 0.f);
     float loss = 0;

@@ -57,6 +57,13 @@ struct scheduler_options {
   std::uint64_t seed = 0;                ///< sampler shuffle seed (same on every rank)
 
   friend bool operator==(const scheduler_options&, const scheduler_options&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const scheduler_options& o) {
+    return os << "scheduler_options{" << o.device << ", gpus_per_node=" << o.gpus_per_node
+              << ", memory_capacity_bytes=" << o.memory_capacity_bytes
+              << ", loss=" << (o.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
+              << ", on_infeasible=" << (o.on_infeasible == infeasible_policy::error ? "error" : "skip")
+              << ", global_batch_tokens=" << o.global_batch_tokens << ", seed=" << o.seed << "}";
+  }
 };
 
 /// How a scheduler builds its cost model from the model, the options' device and N.
@@ -87,9 +94,17 @@ struct micro_step {
   Comm& comm() const noexcept { return *group; }
 };
 
+namespace detail {
+template <class P> inline constexpr bool is_policy_bundle = false;
+template <class... O> inline constexpr bool is_policy_bundle<policies<O...>> = true;
+}  // namespace detail
+
 template <model_spec Model, communicator Comm, class Policies = default_policies>
 class scheduler {
-  static_assert(Policies::valid, "dcp::scheduler: the policy bundle is invalid (see the static_assert above)");
+  // An invalid bundle already failed with its own message (and falls back to the defaults).
+  static_assert(detail::is_policy_bundle<Policies>,
+                "dcp::scheduler: the third parameter must be a dcp::policies<...> bundle; "
+                "fix: wrap the policies, e.g. dcp::policies<dcp::no_recompute>");
 
  public:
   using model_type = Model;
@@ -104,11 +119,16 @@ class scheduler {
         cost_(make_cost()), groups_(world, make_groups()) {
     if constexpr (requires { policies_.planner.loss; }) policies_.planner.loss = options_.loss;
     if constexpr (requires { policies_.planner.on_infeasible; }) policies_.planner.on_infeasible = options_.on_infeasible;
+    // Planners that bucket by length (the bucket baseline) use the bundle's bucketing.
+    if constexpr (requires { policies_.planner.token_buckets = policies_.bucketing; })
+      policies_.planner.token_buckets = policies_.bucketing;
   }
 
   const Model& model() const noexcept { return model_; }
   const cost_type& cost() const noexcept { return cost_; }
   const Policies& policies() const noexcept { return policies_; }
+  /// The length groups of the bundle (profiling unit; the bucket baseline's 1D buckets).
+  const typename Policies::template at<slot::bucketing>& bucketing() const noexcept { return policies_.bucketing; }
   const scheduler_options& options() const noexcept { return options_; }
   Comm& world() const noexcept { return *world_; }
   /// The cached group communicators (creation times, entries).
@@ -121,13 +141,26 @@ class scheduler {
 
   /// Collective: checks with one all-reduce that every rank holds the same plan; throws
   /// `dcp::error` (errc::mismatch) on every rank otherwise, before any step runs.
-  void verify(const dcp::plan& p) const {
+  void verify(const dcp::plan& p) const
+    requires(bool(Comm::host_memory))
+  {
+    verify(p, *world_);
+  }
+  /// As above, over `host`, a host-memory communicator of the same ranks: the one to use when
+  /// the world communicator moves device memory (NCCL), e.g. the MPI communicator it was
+  /// bootstrapped from.
+  template <host_communicator Host>
+  void verify(const dcp::plan& p, Host& host) const {
+    check(host.size() == world_->size(), errc::invalid_argument, [&] {
+      return "verify: the host communicator has " + std::to_string(host.size()) + " ranks, the world " +
+             std::to_string(world_->size()) + "; pass the communicator of the same job";
+    });
     const std::uint64_t h = p.hash();
     std::uint64_t v[2] = {h, ~h};  // max(h) == h and max(~h) == ~h on all ranks iff all h are equal
-    world_->all_reduce(std::span<std::uint64_t>(v), reduce_op::max);
+    host.all_reduce(std::span<std::uint64_t>(v), reduce_op::max);
     if (v[0] != h || v[1] != ~h) {
       std::ostringstream os;
-      os << "plan mismatch: rank " << world_->rank() << " planned hash 0x" << std::hex << h
+      os << "plan mismatch: rank " << host.rank() << " planned hash 0x" << std::hex << h
          << " but another rank planned a different batch or settings; start every rank with the same seed, "
             "dataset, options and policies";
       throw error(errc::mismatch, os.str());
@@ -169,7 +202,8 @@ class scheduler {
   }
 
   friend std::ostream& operator<<(std::ostream& os, const scheduler& s) {
-    return os << "scheduler{world=" << s.world_->size() << ", " << s.cost_ << ", " << s.policies_ << "}";
+    return os << "scheduler{world=" << s.world_->size() << ", " << s.options_ << ", " << s.cost_ << ", "
+              << s.policies_ << "}";
   }
 
  private:
@@ -182,6 +216,15 @@ class scheduler {
   cost_type make_cost() const {
     check(world_->valid() && world_->size() > 0, errc::invalid_argument,
           [] { return std::string("scheduler: the world communicator is null; pass a valid communicator"); });
+    auto not_negative = [](double v, const char* field) {
+      check(v >= 0, errc::invalid_argument, [&] {
+        return std::string("scheduler_options::") + field + " = " + std::to_string(v) +
+               " must not be negative (0 means: take it from the device or the default)";
+      });
+    };
+    not_negative(options_.gpus_per_node, "gpus_per_node");
+    not_negative(options_.memory_capacity_bytes, "memory_capacity_bytes");
+    not_negative(static_cast<double>(options_.global_batch_tokens), "global_batch_tokens");
     check(options_.memory_capacity_bytes <= options_.device.mem_bytes, errc::invalid_argument, [&] {
       return "memory_capacity_bytes = " + std::to_string(options_.memory_capacity_bytes) + " exceeds the device's " +
              std::to_string(options_.device.mem_bytes) + " bytes; set device.mem_bytes to the real HBM size";
