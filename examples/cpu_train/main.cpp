@@ -41,7 +41,7 @@ struct arguments {
   model_config model{.vocab = 32, .hidden = 16, .heads = 8, .mlp = 32, .blocks = 4, .max_len = 2048};
   synthetic_data data{.vocab = 32, .min_len = 8, .max_len = 2048, .seed = 1};
   int sequences = 2000;
-  std::int64_t batch_tokens = 0;  // 0: 2048 * ranks
+  std::int64_t batch_tokens = 0;  // 0: 1024 * ranks
   double fit_tokens = 512;
   bool profile = false;
   std::string profile_out, profile_in;
@@ -228,17 +228,17 @@ int main(int argc, char** argv) {
   arguments a = parse(argc, argv);
   try {
     if (a.local > 0) {
-      if (a.batch_tokens == 0) a.batch_tokens = 2048 * std::int64_t(a.local);
+      if (a.batch_tokens == 0) a.batch_tokens = 1024 * std::int64_t(a.local);
       dcp::local_world::run(a.local, [&](dcp::local_comm& world) { run(world, a); }, {.timeout = std::chrono::minutes(30)});
       return 0;
     }
 #if DCP_HAS_MPI()
     dcp::mpi_environment env(&argc, &argv);
     auto world = dcp::mpi_comm::world(std::chrono::minutes(30));
-    if (a.batch_tokens == 0) a.batch_tokens = 2048 * std::int64_t(world.size());
+    if (a.batch_tokens == 0) a.batch_tokens = 1024 * std::int64_t(world.size());
     run(world, a);
 #else
-    if (a.batch_tokens == 0) a.batch_tokens = 2048;
+    if (a.batch_tokens == 0) a.batch_tokens = 1024;
     dcp::local_world::run(1, [&](dcp::local_comm& world) { run(world, a); });
 #endif
     return 0;

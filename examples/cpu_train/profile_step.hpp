@@ -62,7 +62,7 @@ void run_point(const tiny_transformer<T>& model, const synthetic_data& data, std
 /// ranks and `capacity` bytes per rank.
 template <class T>
 dcp::profile_table profile_cpu_model(const model_config& c, const synthetic_data& data, int world, double capacity,
-                                     bool progress, int sequences = 2000, int max_batch = 16) {
+                                     bool progress, int sequences = 2000, int max_batch = 8) {
   model_config one = c, two = c;
   one.blocks = 1;
   two.blocks = 2;
@@ -70,12 +70,12 @@ dcp::profile_table profile_cpu_model(const model_config& c, const synthetic_data
   const auto spec = tiny_spec(c);
   dcp::profiler_options opt;
   opt.warmup = 1;
-  opt.repeats = 3;
+  opt.repeats = 2;
   opt.max_batch = max_batch;
   opt.progress = progress ? &std::cout : nullptr;
   const auto dataset = data.make(sequences);
   return dcp::profile_model(
-      spec, "cpu-scaled", world, 8, capacity, static_bytes<T>(c), dcp::geometric_bucketing{32, 2.0, 1 << 20},
+      spec, "cpu-scaled", world, 8, capacity, static_bytes<T>(c), dcp::geometric_bucketing{64, 2.0, 1 << 20},
       std::span<const dcp::sequence>(dataset),
       [&](const dcp::profile_point& p) {
         run_point(p.blocks == 1 ? m1 : m2, data, p.tokens, p.batch, p.sp, p.checkpointed_blocks);
