@@ -1,0 +1,571 @@
+// The bad-input catalogue (docs/errors.md), one entry per row: each entry feeds one rejected input
+// to dcp (the library, a group of local ranks, or the dcp-sim command line run as a process) and
+// checks the kind of failure (dcp::errc, or the CLI's exit status) and the stable part of the
+// message. A second test checks that docs/errors.md lists exactly these entries, with the same
+// kind and message, and no others.
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <dcp/dcp.hpp>
+
+#ifndef DCP_ERRORS_MD
+#error "DCP_ERRORS_MD must name docs/errors.md"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// What an input led to: the kind ("invalid_argument", ..., "exit 1", "no error") and the message
+// of every rank that reported (one for single-process entries).
+struct outcome {
+  std::string kind;
+  std::vector<std::string> messages;
+};
+
+struct entry {
+  std::string id;       // the row id in docs/errors.md
+  std::string kind;     // expected kind
+  std::string message;  // stable part every reported message must contain
+  std::function<outcome()> run;
+};
+
+std::string errc_name(const std::error_code& ec) {
+  if (ec.category() != dcp::dcp_category()) return std::string(ec.category().name()) + " error";
+  switch (static_cast<dcp::errc>(ec.value())) {
+    case dcp::errc::invalid_argument: return "invalid_argument";
+    case dcp::errc::infeasible: return "infeasible";
+    case dcp::errc::parse_error: return "parse_error";
+    case dcp::errc::io_error: return "io_error";
+    case dcp::errc::mismatch: return "mismatch";
+    case dcp::errc::timeout: return "timeout";
+    case dcp::errc::aborted: return "aborted";
+    case dcp::errc::unsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
+// Runs `fn`; the dcp::error it throws is the outcome.
+template <class Fn>
+outcome lib(Fn&& fn) {
+  try {
+    fn();
+  } catch (const dcp::error& e) {
+    return {errc_name(e.code()), {e.what()}};
+  } catch (const std::exception& e) {
+    return {"std::exception (not dcp::error)", {e.what()}};
+  }
+  return {"no error", {}};
+}
+
+// Runs `fn` on `n` local ranks (threads); every rank listed in `reporters` (all when empty) must
+// throw, and the outcome holds each of their messages. Ranks do not abort each other on error, so
+// every rank reports its own view.
+outcome ranks(int n, const std::function<void(dcp::local_comm&)>& fn, std::vector<int> reporters = {},
+              std::chrono::milliseconds timeout = 2s) {
+  if (reporters.empty())
+    for (int r = 0; r < n; ++r) reporters.push_back(r);
+  std::vector<outcome> per(static_cast<std::size_t>(n));
+  dcp::local_world::run(
+      n,
+      [&](dcp::local_comm& c) {
+        per[static_cast<std::size_t>(c.rank())] = lib([&] { fn(c); });
+      },
+      {timeout, false});
+  outcome out{per[static_cast<std::size_t>(reporters.front())].kind, {}};
+  for (int r : reporters) {
+    const auto& o = per[static_cast<std::size_t>(r)];
+    if (o.kind != out.kind) out.kind = "ranks disagree: rank " + std::to_string(r) + " got " + o.kind;
+    out.messages.push_back(o.messages.empty() ? "rank " + std::to_string(r) + ": no error" : o.messages.front());
+  }
+  return out;
+}
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    auto d = fs::temp_directory_path() / ("dcp-errors-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+fs::path write_file(const std::string& name, const std::string& text) {
+  const auto p = scratch() / name;
+  std::ofstream(p, std::ios::binary) << text;
+  return p;
+}
+
+// Runs dcp-sim with `args` (already shell-quoted where needed); the outcome is its exit status and
+// its output.
+outcome cli(const std::string& args) {
+#ifdef DCP_SIM_EXE
+  const std::string cmd = std::string("'") + DCP_SIM_EXE + "' " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {"popen failed", {cmd}};
+  std::string out;
+  std::array<char, 4096> buf{};
+  for (std::size_t got; (got = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), got);
+  const int st = ::pclose(p);
+  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return {"exit " + std::to_string(code), {out}};
+#else
+  return {"skip", {"dcp-sim is not built (DCP_BUILD_EXAMPLES=OFF): " + args}};
+#endif
+}
+
+// ---- fixtures of the entries --------------------------------------------------------------------
+
+dcp::analytic_cost cost8() { return dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8); }
+
+dcp::dataset small_dataset(int n = 40) {
+  dcp::dataset d;
+  for (int i = 0; i < n; ++i) d.push_back(dcp::make_sequence(i, 1 + (i * 37) % 100));
+  return d;
+}
+
+std::string saved_state(const dcp::token_budget_sampler& s) {
+  std::ostringstream os;
+  s.save(os);
+  return os.str();
+}
+
+dcp::profile_table valid_profile() {
+  dcp::profile_table t;
+  t.model = dcp::models::cogvideox_5b();
+  t.device = "h200";
+  t.gpus = 8;
+  t.gpus_per_node = 8;
+  t.memory_capacity_bytes = 1.269e11;
+  t.static_memory_bytes = 4e10;
+  t.entries.push_back({0, 1024, 1, 1024, 1, 1, 0, 0.01, 5e10});
+  return t;
+}
+
+std::string profile_text(const std::function<void(nlohmann::json&)>& edit = {}) {
+  std::ostringstream os;
+  dcp::write_profile(os, valid_profile());
+  auto j = nlohmann::json::parse(os.str());
+  if (edit) edit(j);
+  return j.dump();
+}
+
+outcome read_profile_text(const std::string& text) {
+  return lib([&] {
+    std::istringstream in(text);
+    (void)dcp::read_profile(in, "p.json");
+  });
+}
+
+void read_lengths_text(const std::string& text) {
+  std::istringstream in(text);
+  (void)dcp::read_lengths(in, "l.txt");
+}
+
+// ---- the catalogue ------------------------------------------------------------------------------
+
+const std::vector<entry>& catalogue() {
+  static const std::vector<entry> table = {
+      // Sequences and batches
+      {"infeasible-sequence", "infeasible", "fits no configuration on 8 GPUs; the largest length that fits is",
+       [] { return lib([] { dcp::dcp_planner{}.plan(cost8(), std::vector{dcp::make_sequence(3, 100'000'000)}); }); }},
+      {"length-zero", "invalid_argument", "sequence 4 has shape 1 x 0; frames and tokens must be positive",
+       [] { return lib([] { dcp::dcp_planner{}.plan(cost8(), std::vector{dcp::make_sequence(4, 0)}); }); }},
+      {"length-negative", "invalid_argument", "sequence 5 has shape -2 x 100; frames and tokens must be positive",
+       [] { return lib([] { dcp::dcp_planner{}.plan(cost8(), std::vector{dcp::make_sequence(5, -2, 100)}); }); }},
+      {"length-overflow", "invalid_argument", "over the limit of 2^40 tokens; split the sample",
+       [] {
+         return lib([] {
+           dcp::dcp_planner{}.plan(cost8(), std::vector{dcp::make_sequence(6, std::int64_t{1} << 21, std::int64_t{1} << 21)});
+         });
+       }},
+      {"empty-batch", "invalid_argument", "empty batch: a global batch needs at least one sequence",
+       [] { return lib([] { dcp::dcp_planner{}.plan(cost8(), std::vector<dcp::sequence>{}); }); }},
+      {"duplicate-id-batch", "invalid_argument", "sequence id 7 appears twice in the batch; ids must be unique",
+       [] {
+         return lib([] {
+           dcp::dcp_planner{}.plan(cost8(), std::vector{dcp::make_sequence(7, 100), dcp::make_sequence(7, 200)});
+         });
+       }},
+      {"duplicate-id-dataset", "invalid_argument", "id 2 appears at positions 0 and 1 of the dataset",
+       [] {
+         return lib([] {
+           dcp::token_budget_sampler(dcp::dataset{dcp::make_sequence(2, 10), dcp::make_sequence(2, 20)}, 100);
+         });
+       }},
+      {"empty-dataset", "invalid_argument", "the dataset is empty",
+       [] { return lib([] { dcp::token_budget_sampler(dcp::dataset{}, 100); }); }},
+      {"batch-budget-not-positive", "invalid_argument", "budget = 0 tokens must be positive",
+       [] { return lib([] { dcp::token_budget_sampler(small_dataset(), 0); }); }},
+
+      // Lengths files
+      {"lengths-not-integer", "parse_error", "l.txt:2: expected an integer token count but found 'abc'",
+       [] { return lib([] { read_lengths_text("12\nabc\n"); }); }},
+      {"lengths-not-positive", "parse_error", "l.txt:1: value -4 must be positive",
+       [] { return lib([] { read_lengths_text("-4\n"); }); }},
+      {"lengths-zero", "parse_error", "l.txt:2: value 0 must be positive",
+       [] { return lib([] { read_lengths_text("8\n3 0\n"); }); }},
+      {"lengths-out-of-range", "parse_error", "is out of range; lengths must be positive and at most 2^40",
+       [] { return lib([] { read_lengths_text("99999999999999999999999\n"); }); }},
+      {"lengths-over-limit", "parse_error", "value 2199023255553 is over the limit of 2^40 tokens",
+       [] { return lib([] { read_lengths_text("2199023255553\n"); }); }},
+      {"lengths-shape-over-limit", "parse_error", "shape 2097152 x 2097152 has over 2^40 tokens",
+       [] { return lib([] { read_lengths_text("2097152 2097152\n"); }); }},
+      {"lengths-third-value", "parse_error", "l.txt:1: expected 'n' or 'T S' but found a third value '7'",
+       [] { return lib([] { read_lengths_text("5 6 7\n"); }); }},
+      {"lengths-empty", "parse_error", "no sequences found; a lengths file has one sequence per line",
+       [] { return lib([] { read_lengths_text("# header only: the file was cut here\n"); }); }},
+      {"lengths-truncated-token", "parse_error", "l.txt:2: expected an integer token count but found '12e'",
+       [] { return lib([] { read_lengths_text("10\n12e"); }); }},
+      {"lengths-missing-file", "io_error", "cannot open lengths file",
+       [] { return lib([] { (void)dcp::read_lengths_file(scratch() / "no-such-file.txt"); }); }},
+      {"lengths-directory", "io_error", "it is a directory",
+       [] { return lib([] { (void)dcp::read_lengths_file(scratch()); }); }},
+
+      // Profiles (dcp.profile/v1)
+      {"profile-not-json", "invalid_argument", "dcp.profile/v1 'p.json': not valid JSON",
+       [] { return read_profile_text("{ \"format\": "); }},
+      {"profile-truncated", "invalid_argument", "dcp.profile/v1 'p.json': not valid JSON",
+       [] {
+         const auto t = profile_text();
+         return read_profile_text(t.substr(0, t.size() / 2));
+       }},
+      {"profile-wrong-format", "invalid_argument", "unknown format 'dcp.profile/v0'; expected \"dcp.profile/v1\"",
+       [] { return read_profile_text(profile_text([](auto& j) { j["format"] = "dcp.profile/v0"; })); }},
+      {"profile-missing-field", "invalid_argument", "missing or mistyped field",
+       [] { return read_profile_text(profile_text([](auto& j) { j.erase("entries"); })); }},
+      {"profile-nan-time", "invalid_argument", "entry 0 has time_s = nan (must be positive and finite)",
+       [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["time_s"] = nullptr; })); }},
+      {"profile-negative-time", "invalid_argument", "entry 0 has time_s = -0.500000 (must be positive and finite)",
+       [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["time_s"] = -0.5; })); }},
+      {"profile-nan-memory", "invalid_argument", "entry 0 has memory_bytes = nan (must be finite, not negative)",
+       [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["memory_bytes"] = nullptr; })); }},
+      {"profile-negative-memory", "invalid_argument", "entry 0 has memory_bytes = -1.000000 (must be finite, not negative)",
+       [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["memory_bytes"] = -1.0; })); }},
+      {"profile-other-model", "mismatch", "profile does not match this job: it was made for",
+       [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::llama3_8b(), "h200", 8); }); }},
+      {"profile-other-device", "mismatch", "it was made on device 'h200', the job runs on 'h100'",
+       [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h100", 8); }); }},
+      {"profile-other-world-size", "mismatch", "it was made for 8 GPUs, the job has 16",
+       [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h200", 16); }); }},
+      {"profile-not-registered", "invalid_argument", "no profile registered; call dcp::register_profile(table) first",
+       [] {
+         return lib([] { dcp::cost_factory<dcp::profiled_cost>::make(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8); });
+       }},
+
+      // Model, device and GPUs
+      {"sp-not-dividing-heads", "invalid_argument", "sp = 32 is not legal on 32 GPUs with 48 heads",
+       [] {
+         return lib([] {
+           dcp::bucket_planner p;
+           p.sp = 32;
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+                  std::vector{dcp::make_sequence(1, 1000)});
+         });
+       }},
+      {"ulysses-heads-not-divisible", "invalid_argument", "ulysses: heads = 48 is not divisible by sp = 32",
+       [] { return lib([] { dcp::validate(dcp::ulysses_shape{1024, 48, 64}, 32); }); }},
+      {"gpus-zero", "invalid_argument", "gpus = 0 must be positive",
+       [] { return lib([] { dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 0); }); }},
+      {"gpus-not-whole-nodes", "invalid_argument", "gpus = 12 is not a multiple of gpus_per_node = 8; use whole nodes",
+       [] { return lib([] { dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 12); }); }},
+      {"gpus-per-node-not-power-of-two", "invalid_argument", "gpus_per_node = 6 must be a positive power of two",
+       [] {
+         return lib([] {
+           auto d = dcp::devices::h200();
+           d.gpus_per_node = 6;
+           dcp::make_analytic_cost(dcp::models::cogvideox_5b(), d, 12);
+         });
+       }},
+      {"memory-below-static", "invalid_argument", "is below the static memory",
+       [] { return lib([] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 1); }); }},
+      {"memory-capacity-over-device", "invalid_argument", "exceeds the device's 141000000000.000000 bytes",
+       [] {
+         return ranks(1, [](dcp::local_comm& w) {
+           dcp::scheduler_options o;
+           o.memory_capacity_bytes = 2e11;
+           dcp::scheduler s(dcp::models::cogvideox_5b(), w, o);
+         });
+       }},
+      {"model-heads-not-dividing-hidden", "invalid_argument", "heads = 7 must be positive and divide hidden = 3072",
+       [] {
+         return lib([] {
+           auto m = dcp::models::cogvideox_5b();
+           m.heads = 7;
+           dcp::validate(m);
+         });
+       }},
+      {"device-not-positive", "invalid_argument", "device 'h200': peak = -1.000000 must be positive",
+       [] {
+         return lib([] {
+           auto d = dcp::devices::h200();
+           d.peak = -1;
+           dcp::validate(d);
+         });
+       }},
+      {"unknown-model-preset", "invalid_argument", "unknown model preset 'gpt5'; use one of",
+       [] { return lib([] { (void)dcp::models::preset("gpt5"); }); }},
+      {"unknown-device-preset", "invalid_argument", "unknown device preset 'a100'; use h200 or h100",
+       [] { return lib([] { (void)dcp::devices::preset("a100"); }); }},
+      {"unknown-workload", "invalid_argument", "unknown workload 'nope'; use one of",
+       [] { return lib([] { (void)dcp::workloads::make("nope"); }); }},
+      {"unknown-method", "invalid_argument", "unknown method 'nope'; use one of",
+       [] { return lib([] { dcp::sim::validate_method("nope"); }); }},
+
+      // Sampler state (checkpoints)
+      {"sampler-state-other-dataset", "mismatch", "the state was saved for another dataset or token count",
+       [] {
+         dcp::token_budget_sampler a(small_dataset(), 250, 7);
+         const auto st = saved_state(a);
+         auto d = small_dataset();
+         d[3].spatial += 1;
+         return lib([&] {
+           dcp::token_budget_sampler b(d, 250, 7);
+           std::istringstream in(st);
+           b.load(in, "ckpt");
+         });
+       }},
+      {"sampler-state-other-size", "mismatch", "ckpt: the state was saved for 40 sequences and budget 250, but this sampler has 41",
+       [] {
+         dcp::token_budget_sampler a(small_dataset(), 250, 7);
+         const auto st = saved_state(a);
+         return lib([&] {
+           dcp::token_budget_sampler b(small_dataset(41), 250, 7);
+           std::istringstream in(st);
+           b.load(in, "ckpt");
+         });
+       }},
+      {"sampler-state-malformed", "parse_error", "ckpt: offset 0: expected '{' but found 'n'",
+       [] {
+         return lib([] {
+           dcp::token_budget_sampler b(small_dataset(), 250, 7);
+           std::istringstream in("not json");
+           b.load(in, "ckpt");
+         });
+       }},
+      {"sampler-state-truncated", "parse_error", "ckpt: offset",
+       [] {
+         dcp::token_budget_sampler a(small_dataset(), 250, 7);
+         const auto st = saved_state(a);
+         return lib([&] {
+           dcp::token_budget_sampler b(small_dataset(), 250, 7);
+           std::istringstream in(st.substr(0, st.size() / 2));
+           b.load(in, "ckpt");
+         });
+       }},
+      {"sampler-state-wrong-format", "parse_error", "expected \"format\": \"dcp.sampler_state/v1\" but found",
+       [] {
+         return lib([] {
+           dcp::token_budget_sampler b(small_dataset(), 250, 7);
+           std::istringstream in("{\"format\": \"other/v2\"}");
+           b.load(in, "ckpt");
+         });
+       }},
+      {"sampler-state-not-batch-start", "invalid_argument", "is not the start of a batch",
+       [] {
+         return lib([] {
+           dcp::token_budget_sampler b(small_dataset(), 250, 7);
+           b.restore({7, 0, 1});
+         });
+       }},
+
+      // Communicators and ranks (local ranks as threads; mpi_comm reports the same conditions)
+      {"comm-used-after-abort", "aborted", "of a communicator that was aborted (aborted by rank 0); create a new communicator",
+       [] {
+         return ranks(2, [](dcp::local_comm& c) {
+           c.barrier();
+           if (c.rank() == 0) c.abort();
+           c.barrier();  // rank 1 may already wait here: the abort wakes it
+         });
+       }},
+      {"comm-buffer-size-mismatch", "invalid_argument", "all_to_all: rank 0 sends 4 elements but rank 1 sends 8",
+       [] {
+         return ranks(2, [](dcp::local_comm& c) {
+           std::vector<int> send(std::size_t(4 + 4 * c.rank())), recv(send.size());
+           c.all_to_all(std::span<const int>(send), std::span<int>(recv));
+         });
+       }},
+      {"comm-recv-size-mismatch", "invalid_argument", "expects 16 bytes from rank 0 (tag 3) but the message has 8 bytes",
+       [] {
+         return ranks(
+             2,
+             [](dcp::local_comm& c) {
+               if (c.rank() == 0) {
+                 std::vector<int> two(2);
+                 c.send(std::span<const int>(two), 1, 3);
+               } else {
+                 std::vector<int> four(4);
+                 c.recv(std::span<int>(four), 0, 3);
+               }
+             },
+             {1});
+       }},
+      {"comm-split-color-out-of-range", "invalid_argument", "split: rank 1 passed color 9, out of range [0, 4)",
+       [] { return ranks(4, [](dcp::local_comm& c) { c.split(c.rank() == 1 ? 9 : 0, 0); }); }},
+      {"comm-collective-order-mismatch", "mismatch", "all ranks must call collectives in the same order",
+       [] {
+         return ranks(2, [](dcp::local_comm& c) {
+           if (c.rank() == 0) c.barrier();
+           else c.split(0, 0);
+         });
+       }},
+      {"comm-peer-never-joins", "timeout", "barrier on rank 0 timed out after 0.200 s waiting for rank 1 of 2",
+       [] {
+         return ranks(
+             2, [](dcp::local_comm& c) { if (c.rank() == 0) c.barrier(); }, {0}, 200ms);
+       }},
+      {"comm-null-group", "invalid_argument", "on a null local_comm (a rank that split with a negative color joins no group)",
+       [] {
+         return ranks(1, [](dcp::local_comm& c) {
+           auto none = c.split(dcp::no_color, 0);
+           none.barrier();
+         });
+       }},
+      {"comm-timeout-not-positive", "invalid_argument", "timeout of 0 ms must be positive",
+       [] { return ranks(1, [](dcp::local_comm& c) { c.set_timeout(0ms); }); }},
+      {"plan-mismatch-between-ranks", "mismatch", "but another rank planned a different batch or settings",
+       [] {
+         return ranks(4, [](dcp::local_comm& w) {
+           dcp::scheduler_options o;
+           o.seed = w.rank() == 3 ? 1 : 0;
+           dcp::scheduler s(dcp::models::cogvideox_5b(), w, o);
+           s.set_dataset(dcp::workloads::make("cogvideox-zipf10"));
+           const auto p = s.plan(s.sampler().next().sequences);
+           s.verify(p);
+         });
+       }},
+      {"plan-gpus-not-world", "mismatch", "plan for 8 GPUs given to a world of 4 ranks; plan with this scheduler",
+       [] {
+         return ranks(4, [](dcp::local_comm& w) {
+           dcp::scheduler s(dcp::models::cogvideox_5b(), w);
+           const auto p = dcp::dcp_planner{}.plan(cost8(), std::vector{dcp::make_sequence(1, 1000)});
+           (void)s.steps_for(p);
+         });
+       }},
+      {"groups-gpus-not-world", "invalid_argument", "the group manager has 8 GPUs but the world communicator has 4 ranks",
+       [] {
+         return ranks(4, [](dcp::local_comm& w) { dcp::group_cache<dcp::local_comm, dcp::buddy_groups> g(w, {8, 8}); });
+       }},
+      {"scheduler-no-dataset", "invalid_argument", "no dataset; call set_dataset() first",
+       [] {
+         return ranks(1, [](dcp::local_comm& w) {
+           dcp::scheduler s(dcp::models::cogvideox_5b(), w);
+           (void)s.sampler();
+         });
+       }},
+
+      // The dcp-sim command line (run as a process)
+      {"cli-unknown-method", "exit 1", "dcp-sim: error: unknown method 'nope'", [] { return cli("--methods dcp,nope"); }},
+      {"cli-unknown-workload", "exit 1", "dcp-sim: error: unknown workload 'nope'", [] { return cli("--workload nope"); }},
+      {"cli-unknown-model", "exit 1", "dcp-sim: error: unknown model preset 'gpt5'", [] { return cli("--model gpt5"); }},
+      {"cli-unknown-device", "exit 1", "dcp-sim: error: unknown device preset 'a100'", [] { return cli("--device a100"); }},
+      {"cli-unknown-option", "exit 109", "The following argument was not expected: --frobnicate",
+       [] { return cli("--frobnicate"); }},
+      {"cli-option-not-a-number", "exit 104", "Could not convert: --gpus = twelve",
+       [] { return cli("--gpus twelve"); }},
+      {"cli-gpus-zero", "exit 1", "dcp-sim: error: gpus = 0 must be positive", [] { return cli("--gpus 0"); }},
+      {"cli-gpus-not-whole-nodes", "exit 1", "dcp-sim: error: gpus = 12 is not a multiple of gpus_per_node = 8",
+       [] { return cli("--gpus 12"); }},
+      {"cli-batch-tokens-negative", "exit 1", "dcp-sim: error: --global-batch-tokens -5 must be positive",
+       [] { return cli("--global-batch-tokens -5"); }},
+      {"cli-bad-on-infeasible", "exit 1", "dcp-sim: error: --on-infeasible 'maybe' must be error or skip",
+       [] { return cli("--on-infeasible maybe"); }},
+      {"cli-malformed-lengths", "exit 1", "bad.txt:2: expected an integer token count but found 'x'",
+       [] { return cli("--lengths '" + write_file("bad.txt", "100\nx\n").string() + "'"); }},
+      {"cli-infeasible-sequence", "exit 1", "dcp-sim: error: sequence 0 of 100000226 tokens",
+       [] { return cli("--gpus 8 --lengths '" + write_file("giant.txt", "100000000\n").string() + "'"); }},
+  };
+  return table;
+}
+
+class Catalogue : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(Catalogue, RejectsWithItsMessage) {
+  const entry& e = catalogue()[GetParam()];
+  const outcome got = e.run();
+  if (got.kind == "skip") GTEST_SKIP() << got.messages.front();
+  EXPECT_EQ(got.kind, e.kind) << e.id << ": " << (got.messages.empty() ? "" : got.messages.front());
+  ASSERT_FALSE(got.messages.empty()) << e.id << ": the input was accepted";
+  for (const auto& m : got.messages) EXPECT_NE(m.find(e.message), std::string::npos) << e.id << ": " << m;
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::size_t>& info) {
+  std::string n = catalogue()[info.param].id;
+  for (auto& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Entry, Catalogue, ::testing::Range(std::size_t{0}, catalogue().size()), param_name);
+
+// The rows of docs/errors.md's catalogue: `| `id` | input | `kind` | `message` | fix |`.
+struct doc_row {
+  std::string kind, message;
+};
+
+std::string unescape_md(const std::string& s) {
+  // A literal '|' inside a table cell is written '\|'.
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (!(s[i] == '\\' && i + 1 < s.size() && s[i + 1] == '|')) out += s[i];
+  return out;
+}
+
+std::map<std::string, doc_row> doc_rows() {
+  std::ifstream in(DCP_ERRORS_MD);
+  EXPECT_TRUE(in.is_open()) << "cannot open " << DCP_ERRORS_MD;
+  static const std::regex row(R"(^\|\s*`([a-z0-9-]+)`\s*\|.*\|\s*`([^`]+)`\s*\|\s*`([^`]+)`\s*\|[^|]*\|\s*$)");
+  std::map<std::string, doc_row> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    std::smatch m;
+    if (!std::regex_match(line, m, row)) {
+      ADD_FAILURE() << "docs/errors.md: a catalogue row that does not parse: " << line;
+      continue;
+    }
+    const bool fresh = out.emplace(m[1].str(), doc_row{m[2].str(), unescape_md(m[3].str())}).second;
+    EXPECT_TRUE(fresh) << "docs/errors.md lists " << m[1] << " twice";
+  }
+  return out;
+}
+
+TEST(CatalogueDoc, AgreesWithTheTestEntryForEntry) {
+  const auto doc = doc_rows();
+  std::set<std::string> ids;
+  for (const auto& e : catalogue()) {
+    EXPECT_TRUE(ids.insert(e.id).second) << "the test lists " << e.id << " twice";
+    const auto it = doc.find(e.id);
+    if (it == doc.end()) {
+      ADD_FAILURE() << "docs/errors.md has no row for " << e.id;
+      continue;
+    }
+    EXPECT_EQ(it->second.kind, e.kind) << e.id;
+    EXPECT_EQ(it->second.message, e.message) << e.id;
+  }
+  for (const auto& [id, row] : doc) EXPECT_TRUE(ids.count(id)) << "docs/errors.md lists " << id << ", the test does not";
+  EXPECT_EQ(doc.size(), catalogue().size());
+}
+
+}  // namespace
