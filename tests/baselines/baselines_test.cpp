@@ -188,13 +188,17 @@ TEST(Baselines, TuningPicksTheFastestFeasibleSp) {
     return t;
   };
   for (int sp : candidates) {
-    auto b = bucket;
-    b.sp = sp;
-    b.median_bucket_time_s = b.median_time(cost, data, sp);
-    EXPECT_LE(epoch_seconds(bucket), epoch_seconds(b) * (1 + 1e-12)) << "bucket sp " << sp << " is faster";
-    auto p = packed;
-    p.sp = sp;
-    EXPECT_LE(epoch_seconds(packed), epoch_seconds(p) * (1 + 1e-12)) << "packed sp " << sp << " is faster";
+    for (double fill : dcp::fill_candidates) {
+      auto b = bucket;
+      b.sp = sp;
+      b.fill = fill;
+      b.median_bucket_time_s = b.median_time(cost, data, sp);
+      EXPECT_LE(epoch_seconds(bucket), epoch_seconds(b) * (1 + 1e-12)) << "bucket sp " << sp << " fill " << fill << " is faster";
+      auto p = packed;
+      p.sp = sp;
+      p.fill = fill;
+      EXPECT_LE(epoch_seconds(packed), epoch_seconds(p) * (1 + 1e-12)) << "packed sp " << sp << " fill " << fill << " is faster";
+    }
   }
   EXPECT_EQ(bucket.keys, dcp::bucket_keys::shape);  // video data: one bucket per shape
   EXPECT_GT(bucket.median_bucket_time_s, 0);

@@ -7,7 +7,8 @@
 ///   the longest sequence fits with all blocks checkpointed, the one whose simulated epoch is the
 ///   fastest. Every step checkpoints all L blocks (Open-Sora trains with full checkpointing).
 /// - Buckets: the distinct shapes (T, S) for video data, geometric token buckets for 1D text.
-///   A bucket's batch size bs is the most copies of its representative that fit memory, then
+///   A bucket's batch size bs is the most copies of its representative that fit memory (times a
+///   `fill` fraction tuned with sp, as a user sizes the bucket table), then
 ///   scaled toward the median bucket time: bs' = max(1, floor(bs * t_median / t_bucket)), and
 ///   never above bs (a larger batch would not fit).
 /// - A global batch's micro-batches are shuffled (seeded, dcp's own PRNG) and dealt one per
@@ -67,7 +68,7 @@ struct bucket_info {
   std::int64_t key_spatial = 0;  ///< S of a shape bucket; the bucket index of a token bucket
   sequence representative;       ///< the shape that sizes the bucket (its largest member shape)
   std::int64_t members = 0;      ///< sequences of the data in the bucket
-  std::int64_t max_batch = 0;    ///< bs: most copies of the representative that fit memory
+  std::int64_t max_batch = 0;    ///< bs: most copies of the representative that fit memory, times `fill`
   double time_s = 0;             ///< t_bucket: time of a micro-batch of bs representatives
   friend bool operator==(const bucket_info&, const bucket_info&) = default;
 };
@@ -76,6 +77,7 @@ struct bucket_planner {
   using policy_concept = planner_tag;
 
   int sp = 0;                         ///< the fixed sp; 0 = tune on each batch
+  double fill = 1.0;                  ///< bs = this fraction of the most copies that fit (tuned)
   double median_bucket_time_s = 0;    ///< t_median over the dataset's buckets; 0 = from the batch
   bucket_keys keys = bucket_keys::automatic;
   geometric_bucketing token_buckets{};  ///< edges of the 1D token buckets
@@ -128,7 +130,8 @@ struct bucket_planner {
       }
       b.representative.id = 0;
       const auto one = cost.load_of(b.representative);
-      b.max_batch = max_copies(cost, one, on_sp, L);
+      const std::int64_t most = max_copies(cost, one, on_sp, L);
+      b.max_batch = most <= 1 ? most : std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(most) * fill));
       b.time_s = cost.time(repeated_load<C>(one, std::max<std::int64_t>(b.max_batch, 1)), on_sp, L);
       out.push_back(b);
     }
@@ -162,7 +165,9 @@ struct bucket_planner {
                       std::uint64_t sampler_seed = 0) const {
     std::vector<skipped_sequence> skipped;
     const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
-    const auto batches = epoch_batches(cost, dataset(data.begin(), data.end()), budget, sampler_seed);
+    dataset by_id(data.begin(), data.end());  // tuning must not depend on the order data came in
+    std::sort(by_id.begin(), by_id.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+    const auto batches = epoch_batches(cost, std::move(by_id), budget, sampler_seed);
     return tuned(cost, feasible, batches);
   }
 
@@ -175,7 +180,7 @@ struct bucket_planner {
     if (sp == 0) {
       const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
       if (feasible.empty()) return empty_plan(cost, std::move(skipped));
-      return tuned(cost, feasible, {feasible}).plan(cost, batch);
+      return tune(cost, batch).plan(cost, batch);  // self-tuning is tuning on the batch
     }
     const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
     plan_builder<C> builder(cost, name());
@@ -224,7 +229,7 @@ struct bucket_planner {
 
   friend bool operator==(const bucket_planner&, const bucket_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const bucket_planner& p) {
-    return os << "bucket_planner{sp=" << p.sp << ", median_bucket_time_s=" << p.median_bucket_time_s
+    return os << "bucket_planner{sp=" << p.sp << ", fill=" << p.fill << ", median_bucket_time_s=" << p.median_bucket_time_s
               << ", keys=" << to_string(p.keys) << ", " << p.token_buckets << ", seed=" << p.seed
               << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
               << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
@@ -236,13 +241,15 @@ struct bucket_planner {
                        const std::vector<std::vector<sequence>>& batches) const {
     bucket_planner base = *this;
     base.keys = resolved_keys(feasible);
-    auto configure = [&](int candidate) {
+    auto configure = [&](int candidate, double fraction) {
       bucket_planner p = base;
       p.sp = candidate;
+      p.fill = fraction;
       p.median_bucket_time_s = p.median_time(cost, feasible, candidate);
       return p;
     };
-    return configure(tune_fixed_sp(cost, feasible, batches, configure).sp);
+    const auto t = tune_fixed_sp(cost, feasible, batches, configure);
+    return configure(t.sp, t.fill);
   }
 
   template <cost_model C>

@@ -3,8 +3,9 @@
 /// `packed_planner`: sequence packing on a fixed sp, the second static baseline of DESIGN
 /// section 3 ("Baselines").
 ///
-/// - One sp for the whole run, tuned on the workload exactly as `bucket_planner` tunes it
-///   (`tune`); every step checkpoints all blocks.
+/// - One sp for the whole run and a packing length (`fill` of the most tokens that fit), tuned
+///   together on the workload exactly as `bucket_planner` tunes them (`tune`); every step
+///   checkpoints all blocks.
 /// - Each global batch is packed first-fit-decreasing (by tokens) into micro-batches holding up
 ///   to the largest token count that fits one step with every block checkpointed.
 /// - Micro-batches are dealt one per data-parallel group (N / sp groups) per iteration, in
@@ -66,6 +67,7 @@ struct packed_planner {
   using policy_concept = planner_tag;
 
   int sp = 0;  ///< the fixed sp; 0 = tune on each batch
+  double fill = 1.0;  ///< micro-batches hold up to this fraction of the most tokens that fit (tuned)
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
 
@@ -77,7 +79,9 @@ struct packed_planner {
                       std::uint64_t sampler_seed = 0) const {
     std::vector<skipped_sequence> skipped;
     const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
-    const auto batches = epoch_batches(cost, dataset(data.begin(), data.end()), budget, sampler_seed);
+    dataset by_id(data.begin(), data.end());  // tuning must not depend on the order data came in
+    std::sort(by_id.begin(), by_id.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+    const auto batches = epoch_batches(cost, std::move(by_id), budget, sampler_seed);
     return tuned(cost, feasible, batches);
   }
 
@@ -93,7 +97,7 @@ struct packed_planner {
         builder.skip(std::move(skipped));
         return std::move(builder).finish(feasible, loss);
       }
-      return tuned(cost, feasible, {feasible}).plan(cost, batch);
+      return tune(cost, batch).plan(cost, batch);  // self-tuning is tuning on the batch
     }
     const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
     plan_builder<C> builder(cost, name());
@@ -114,7 +118,8 @@ struct packed_planner {
     std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : seqs[a.second].id < seqs[b.second].id;
     });
-    const std::int64_t cap = std::max(step_token_capacity(cost, sp, L), order.empty() ? 1 : order.front().first);
+    const auto most = static_cast<double>(step_token_capacity(cost, sp, L));
+    const std::int64_t cap = std::max(static_cast<std::int64_t>(most * fill), order.empty() ? 1 : order.front().first);
     detail::first_fit_bins bins(seqs.size(), cap);
     std::vector<std::vector<sequence>> packed;
     for (const auto& [tokens, i] : order) {
@@ -151,7 +156,7 @@ struct packed_planner {
 
   friend bool operator==(const packed_planner&, const packed_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const packed_planner& p) {
-    return os << "packed_planner{sp=" << p.sp
+    return os << "packed_planner{sp=" << p.sp << ", fill=" << p.fill
               << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
               << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
   }
@@ -160,12 +165,14 @@ struct packed_planner {
   template <cost_model C>
   packed_planner tuned(const C& cost, std::span<const sequence> feasible,
                        const std::vector<std::vector<sequence>>& batches) const {
-    auto configure = [this](int candidate) {
+    auto configure = [this](int candidate, double fraction) {
       packed_planner p = *this;
       p.sp = candidate;
+      p.fill = fraction;
       return p;
     };
-    return configure(tune_fixed_sp(cost, feasible, batches, configure).sp);
+    const auto t = tune_fixed_sp(cost, feasible, batches, configure);
+    return configure(t.sp, t.fill);
   }
 };
 

@@ -8,10 +8,12 @@
 /// would.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -175,17 +177,25 @@ void deal_synchronised(plan_builder<C>& builder, const C& cost, const std::vecto
   }
 }
 
-/// The outcome of tuning a fixed sp: the sp chosen and the epoch seconds of every candidate.
+/// Fractions of the largest micro-batch that fits which a user of a static system tries: a
+/// full micro-batch can leave data-parallel groups without work when the global batch holds
+/// fewer micro-batches than there are groups, so smaller micro-batches can be faster.
+inline constexpr std::array<double, 6> fill_candidates{1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125};
+
+/// The outcome of tuning a static planner: the sp and fill chosen and the epoch seconds of every
+/// candidate.
 struct fixed_sp_tuning {
   int sp = 0;
-  std::vector<std::pair<int, double>> seconds;  ///< (sp, summed makespans of the epoch), ascending sp
+  double fill = 1.0;
+  std::vector<std::tuple<int, double, double>> seconds;  ///< (sp, fill, summed makespans of the epoch)
   friend bool operator==(const fixed_sp_tuning&, const fixed_sp_tuning&) = default;
 };
 
-/// Tunes a fixed-sp planner as a user would: every sp of `fixed_sp_candidates(cost, data)` is
-/// simulated on `batches` with the planner `configure(sp)` returns, and the one with the highest
-/// throughput (the smallest summed makespan, every candidate running the same tokens) wins; ties
-/// go to the smaller sp. Throws `dcp::error` when no legal sp holds every sequence.
+/// Tunes a static planner as a user would: every sp of `fixed_sp_candidates(cost, data)` and
+/// every fill of `fill_candidates` is simulated on `batches` with the planner
+/// `configure(sp, fill)` returns, and the pair with the highest throughput (the smallest summed
+/// makespan, every candidate running the same tokens) wins; ties go to the smaller sp, then the
+/// fuller micro-batch. Throws `dcp::error` when no legal sp holds every sequence.
 template <cost_model C, class Configure>
 fixed_sp_tuning tune_fixed_sp(const C& cost, std::span<const sequence> data,
                               const std::vector<std::vector<sequence>>& batches, Configure configure) {
@@ -197,11 +207,13 @@ fixed_sp_tuning tune_fixed_sp(const C& cost, std::span<const sequence> data,
   fixed_sp_tuning out;
   double best = std::numeric_limits<double>::infinity();
   for (int sp : candidates) {
-    const auto planner = configure(sp);
-    double seconds = 0;
-    for (const auto& b : batches) seconds += planner.plan(cost, std::span<const sequence>(b)).makespan_s;
-    out.seconds.emplace_back(sp, seconds);
-    if (seconds < best) best = seconds, out.sp = sp;
+    for (double fill : fill_candidates) {
+      const auto planner = configure(sp, fill);
+      double seconds = 0;
+      for (const auto& b : batches) seconds += planner.plan(cost, std::span<const sequence>(b)).makespan_s;
+      out.seconds.emplace_back(sp, fill, seconds);
+      if (seconds < best) best = seconds, out.sp = sp, out.fill = fill;
+    }
   }
   return out;
 }
