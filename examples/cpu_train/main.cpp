@@ -134,12 +134,11 @@ template <class T, class Cost, class Planner, class Comm>
 void train(Comm& world, const arguments& a, Cost cost, Planner planner) {
   using policies = dcp::policies<Cost, Planner>;
   policies p;
-  p.cost = cost;
   p.planner = planner;
   dcp::scheduler_options o;
   o.device = cpu_device(tiny_spec(a.model), world.size(), a.fit_tokens);
   o.global_batch_tokens = a.batch_tokens;
-  dcp::scheduler<dcp::transformer_spec, Comm, policies> sched(tiny_spec(a.model), world, o, p);
+  dcp::scheduler<dcp::transformer_spec, Comm, policies> sched(tiny_spec(a.model), world, cost, o, p);
   sched.set_dataset(a.data.make(a.sequences));
   tiny_transformer<T> model(a.model);
   optimizer<T> opt({a.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam, a.lr}, model.params().size());
@@ -212,7 +211,6 @@ void run_with_planner(Comm& world, const arguments& a) {
   world.broadcast(std::span<char>(text.data(), text.size()), 0);
   std::istringstream in(text);
   auto table = dcp::read_profile(in, "broadcast profile");
-  dcp::register_profile(table);  // for cost_factory<profiled_cost> inside the scheduler
   go(dcp::make_profiled_cost(std::move(table), spec, device.name, world.size()));
 }
 

@@ -113,10 +113,21 @@ class scheduler {
   using cost_type = typename Policies::template at<slot::cost>;
   using groups_type = typename Policies::template at<slot::groups>;
 
-  /// Builds the cost model for `world.size()` GPUs. `world` must outlive the scheduler.
+  /// Builds the cost model for `world.size()` GPUs with `cost_factory<cost_type>`. `world` must
+  /// outlive the scheduler.
   scheduler(Model model, Comm& world, scheduler_options options = {}, Policies policies = {})
+      : scheduler(std::move(model), world, std::nullopt, std::move(options), std::move(policies)) {}
+
+  /// Plans with `cost`, a cost model built by the caller (a profile, a fit): it must be for
+  /// `world.size()` GPUs.
+  scheduler(Model model, Comm& world, cost_type cost, scheduler_options options = {}, Policies policies = {})
+      : scheduler(std::move(model), world, std::optional<cost_type>(std::move(cost)), std::move(options),
+                  std::move(policies)) {}
+
+ private:
+  scheduler(Model model, Comm& world, std::optional<cost_type> cost, scheduler_options options, Policies policies)
       : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
-        cost_(make_cost()), groups_(world, make_groups()) {
+        cost_(make_cost(std::move(cost))), groups_(world, make_groups()) {
     if constexpr (requires { policies_.planner.loss; }) policies_.planner.loss = options_.loss;
     if constexpr (requires { policies_.planner.on_infeasible; }) policies_.planner.on_infeasible = options_.on_infeasible;
     // Planners that bucket by length (the bucket baseline) use the bundle's bucketing.
@@ -124,6 +135,8 @@ class scheduler {
       policies_.planner.token_buckets = policies_.bucketing;
   }
 
+
+ public:
   const Model& model() const noexcept { return model_; }
   const cost_type& cost() const noexcept { return cost_; }
   const Policies& policies() const noexcept { return policies_; }
@@ -213,7 +226,7 @@ class scheduler {
     if (options_.memory_capacity_bytes > 0) d.usable = options_.memory_capacity_bytes / d.mem_bytes;
     return d;
   }
-  cost_type make_cost() const {
+  cost_type make_cost(std::optional<cost_type> given) const {
     check(world_->valid() && world_->size() > 0, errc::invalid_argument,
           [] { return std::string("scheduler: the world communicator is null; pass a valid communicator"); });
     auto not_negative = [](double v, const char* field) {
@@ -229,7 +242,12 @@ class scheduler {
       return "memory_capacity_bytes = " + std::to_string(options_.memory_capacity_bytes) + " exceeds the device's " +
              std::to_string(options_.device.mem_bytes) + " bytes; set device.mem_bytes to the real HBM size";
     });
-    return cost_factory<cost_type>::make(model_, job_device(), world_->size());
+    if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
+    check(given->gpus() == world_->size(), errc::mismatch, [&] {
+      return "the cost model is for " + std::to_string(given->gpus()) + " GPUs but the world has " +
+             std::to_string(world_->size()) + " ranks; build it for this job";
+    });
+    return std::move(*given);
   }
   groups_type make_groups() const {
     groups_type g = policies_.groups;

@@ -102,15 +102,16 @@ TEST(profiled_cost, rejects_another_model_device_or_world) {
   EXPECT_NO_THROW((void)dcp::make_profiled_cost(t, small_model(), "dev", 4));
 }
 
-TEST(profiled_cost, scheduler_uses_the_registered_profile) {
-  dcp::register_profile(synthetic_table());
+TEST(profiled_cost, scheduler_plans_with_a_given_profiled_cost) {
   dcp::device_spec d = dcp::devices::h200();
   d.name = "dev";
   d.gpus_per_node = 4;
   dcp::local_world::run(4, [&](dcp::local_comm& world) {
     dcp::scheduler_options o;
     o.device = d;
-    dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::profiled_cost>> s(small_model(), world, o);
+    auto cost = dcp::make_profiled_cost(synthetic_table(), small_model(), d.name, world.size());
+    dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::profiled_cost>> s(small_model(), world,
+                                                                                               cost, o);
     EXPECT_EQ(s.cost().table().device, "dev");
     std::vector<dcp::sequence> batch;
     for (int i = 0; i < 12; ++i) batch.push_back(dcp::make_sequence(i, 50 + 70 * i));
@@ -118,16 +119,17 @@ TEST(profiled_cost, scheduler_uses_the_registered_profile) {
     EXPECT_TRUE(dcp::plan_violations(p, std::span<const dcp::sequence>(batch), s.cost()).empty());
     EXPECT_FALSE(p.steps.empty());
   });
-  d.name = "elsewhere";
-  dcp::local_world::run(1, [&](dcp::local_comm& world) {
+  // A cost model for another world size is refused.
+  dcp::local_world::run(2, [&](dcp::local_comm& world) {
     dcp::scheduler_options o;
     o.device = d;
+    auto cost = dcp::make_profiled_cost(synthetic_table(), small_model(), d.name, 4);
     expect_error(
         [&] {
-          dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::profiled_cost>> s(small_model(),
-                                                                                                     world, o);
+          dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::profiled_cost>> s(
+              small_model(), world, cost, o);
         },
-        dcp::errc::mismatch, "profile does not match");
+        dcp::errc::mismatch, "the cost model is for 4 GPUs");
   });
 }
 
