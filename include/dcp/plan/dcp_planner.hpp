@@ -121,17 +121,6 @@ class dcp_planning {
   }
   int sp_of(const item& it) const { return it.options[it.choice].sp; }
 
-  /// Load of `count` copies of `l`, by doubling.
-  static load_t times(load_t l, std::int64_t count) {
-    load_t acc{};
-    while (count > 0) {
-      if (count & 1) acc = acc + l;
-      l = l + l;
-      count >>= 1;
-    }
-    return acc;
-  }
-
   /// Step 2: most GPU-efficient option; then, against a fair share of the batch, the narrowest
   /// option that does not outlast it (a lone long sequence must not set the makespan).
   void choose_sp() {
@@ -142,16 +131,7 @@ class dcp_planning {
       it.choice = best;
     }
     // Largest sp = 1 step that needs no recomputation: the reference for packed estimates.
-    std::int64_t lo = 1, hi = 2;
-    auto fits = [&](std::int64_t n) { return fits_preferred(cost_.load_of(make_sequence(0, n)), 1); };
-    if (fits(1)) {
-      while (hi < max_shape_tokens && fits(hi)) lo = hi, hi *= 2;
-      while (hi - lo > 1) {
-        const std::int64_t mid = lo + (hi - lo) / 2;
-        (fits(mid) ? lo : hi) = mid;
-      }
-    }
-    step_cap_ = lo;
+    step_cap_ = std::max<std::int64_t>(1, step_token_capacity(cost_, 1, k_pref_.empty() ? 0 : k_pref_[0]));
     double total = 0;
     for (auto& it : items_) {
       estimate(it);
@@ -176,7 +156,7 @@ class dcp_planning {
     const auto& o = it.options[it.choice];
     if (o.sp == 1 && it.tokens < step_cap_) {
       const std::int64_t copies = std::max<std::int64_t>(1, step_cap_ / std::max<std::int64_t>(it.tokens, 1));
-      it.estimate = cost_.time(times(it.load, copies), 1, o.checkpointed_blocks) / static_cast<double>(copies);
+      it.estimate = cost_.time(repeated_load<C>(it.load, copies), 1, o.checkpointed_blocks) / static_cast<double>(copies);
     } else {
       it.estimate = o.gpu_seconds();
     }

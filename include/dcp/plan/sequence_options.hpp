@@ -50,24 +50,39 @@ std::vector<sequence_option> options_of(const C& cost, const typename C::load_ty
   return out;
 }
 
-/// The longest 1D sequence (tokens the model sees) that fits some legal configuration alone.
+/// The load of `count` copies of `one` (double-and-add: a `load_type` only adds).
 template <cost_model C>
-std::int64_t largest_feasible_tokens(const C& cost) {
-  const auto sps = legal_sp_sizes(cost);
-  if (sps.empty()) return 0;
-  const int sp = sps.back();
-  auto fits = [&](std::int64_t n) {
-    return cost.memory(cost.load_of(make_sequence(0, std::max<std::int64_t>(n, 1))), sp, cost.blocks()) <=
-           cost.capacity();
-  };
-  // Memory is affine in the tokens for every shipped model; search the boundary exactly.
-  std::int64_t lo = 0, hi = 1;
+typename C::load_type repeated_load(const typename C::load_type& one, std::int64_t count) {
+  typename C::load_type out{}, power = one;
+  for (; count > 0; count >>= 1) {
+    if (count & 1) out = out + power;
+    power = power + power;
+  }
+  return out;
+}
+
+/// The largest token total (as `cost.tokens_of` counts it) of one step on `sp` GPUs with `k`
+/// checkpointed blocks, found on a single 1D sequence (memory depends on tokens, not on how they
+/// split into sequences, in every shipped model). 0 when nothing fits.
+template <cost_model C>
+std::int64_t step_token_capacity(const C& cost, int sp, int k) {
+  auto fits = [&](std::int64_t n) { return cost.memory(cost.load_of(make_sequence(0, n)), sp, k) <= cost.capacity(); };
+  if (!fits(1)) return 0;
+  std::int64_t lo = 1, hi = 2;
   while (hi < max_shape_tokens && fits(hi)) lo = hi, hi *= 2;
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     (fits(mid) ? lo : hi) = mid;
   }
-  return lo == 0 ? 0 : cost.tokens_of(make_sequence(0, lo));  // in model tokens, like the message's length
+  return cost.tokens_of(make_sequence(0, lo));
+}
+
+/// The longest 1D sequence (tokens the model sees) that fits some legal configuration alone:
+/// the widest legal group with every block checkpointed.
+template <cost_model C>
+std::int64_t largest_feasible_tokens(const C& cost) {
+  const auto sps = legal_sp_sizes(cost);
+  return sps.empty() ? 0 : step_token_capacity(cost, sps.back(), cost.blocks());
 }
 
 /// The error for a sequence no configuration can hold.

@@ -42,17 +42,6 @@ std::vector<std::vector<sequence>> epoch_batches(const C& cost, dataset data, st
   return out;
 }
 
-/// The load of `count` copies of `one` (double-and-add: a `load_type` only adds).
-template <cost_model C>
-typename C::load_type repeated_load(const typename C::load_type& one, std::int64_t count) {
-  typename C::load_type out{}, power = one;
-  for (; count > 0; count >>= 1) {
-    if (count & 1) out = out + power;
-    power = power + power;
-  }
-  return out;
-}
-
 /// The most copies of `one` that fit one step on `sp` GPUs with `k` checkpointed blocks
 /// (0 when not even one fits).
 template <cost_model C>
@@ -66,22 +55,6 @@ std::int64_t max_copies(const C& cost, const typename C::load_type& one, int sp,
     (fits(mid) ? lo : hi) = mid;
   }
   return lo;
-}
-
-/// The largest token total (as `cost.tokens_of` counts it) of one step on `sp` GPUs with `k`
-/// checkpointed blocks, found on a single 1D sequence (memory depends on tokens, not on how they
-/// split into sequences, in every shipped model). 0 when nothing fits.
-template <cost_model C>
-std::int64_t step_token_capacity(const C& cost, int sp, int k) {
-  auto fits = [&](std::int64_t n) { return cost.memory(cost.load_of(make_sequence(0, n)), sp, k) <= cost.capacity(); };
-  if (!fits(1)) return 0;
-  std::int64_t lo = 1, hi = 2;
-  while (hi < max_shape_tokens && fits(hi)) lo = hi, hi *= 2;
-  while (hi - lo > 1) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
-  }
-  return cost.tokens_of(make_sequence(0, lo));
 }
 
 /// x_max: the most tokens per GPU any feasible step holds (all blocks checkpointed). The cost
