@@ -58,8 +58,10 @@ function(dcp_add_test)
                      $<TARGET_FILE:${arg_NAME}> ${MPIEXEC_POSTFLAGS})
     list(APPEND arg_LABELS mpi)
     list(REMOVE_DUPLICATES arg_LABELS)
+    # Open MPI refuses to start as root without these (CI containers run as root).
     set_tests_properties(${arg_NAME} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
-                                                PROCESSORS ${arg_MPI_RANKS})
+                                                PROCESSORS ${arg_MPI_RANKS}
+                                                ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   else()
     gtest_discover_tests(${arg_NAME} TEST_PREFIX "${arg_NAME}." TEST_LIST ${arg_NAME}_TESTS
                          DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT ${arg_TIMEOUT})
