@@ -71,6 +71,12 @@ struct scheduler_options {
 template <class Cost>
 struct cost_factory;
 
+/// Cost models the scheduler can build by itself (others are passed to its constructor).
+template <class Cost, class Model>
+concept buildable_cost = requires(const Model& m, const device_spec& d, int n) {
+  { cost_factory<Cost>::make(m, d, n) } -> std::same_as<Cost>;
+};
+
 template <>
 struct cost_factory<analytic_cost> {
   template <class Model>
@@ -116,6 +122,7 @@ class scheduler {
   /// Builds the cost model for `world.size()` GPUs with `cost_factory<cost_type>`. `world` must
   /// outlive the scheduler.
   scheduler(Model model, Comm& world, scheduler_options options = {}, Policies policies = {})
+    requires buildable_cost<cost_type, Model>
       : scheduler(std::move(model), world, std::nullopt, std::move(options), std::move(policies)) {}
 
   /// Plans with `cost`, a cost model built by the caller (a profile, a fit): it must be for
@@ -242,7 +249,8 @@ class scheduler {
       return "memory_capacity_bytes = " + std::to_string(options_.memory_capacity_bytes) + " exceeds the device's " +
              std::to_string(options_.device.mem_bytes) + " bytes; set device.mem_bytes to the real HBM size";
     });
-    if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
+    if constexpr (buildable_cost<cost_type, Model>)
+      if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
     check(given->gpus() == world_->size(), errc::mismatch, [&] {
       return "the cost model is for " + std::to_string(given->gpus()) + " GPUs but the world has " +
              std::to_string(world_->size()) + " ranks; build it for this job";

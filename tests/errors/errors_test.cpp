@@ -245,16 +245,16 @@ const std::vector<entry>& catalogue() {
        [] { return lib([] { (void)dcp::read_lengths_file(scratch()); }); }},
 
       // Profiles (dcp.profile/v1)
-      {"profile-not-json", "invalid_argument", "dcp.profile/v1 'p.json': not valid JSON",
+      {"profile-not-json", "parse_error", "dcp.profile/v1 'p.json': not valid JSON",
        [] { return read_profile_text("{ \"format\": "); }},
-      {"profile-truncated", "invalid_argument", "dcp.profile/v1 'p.json': not valid JSON",
+      {"profile-truncated", "parse_error", "dcp.profile/v1 'p.json': not valid JSON",
        [] {
          const auto t = profile_text();
          return read_profile_text(t.substr(0, t.size() / 2));
        }},
-      {"profile-wrong-format", "invalid_argument", "unknown format 'dcp.profile/v0'; expected \"dcp.profile/v1\"",
+      {"profile-wrong-format", "parse_error", "unknown format 'dcp.profile/v0'; expected \"dcp.profile/v1\"",
        [] { return read_profile_text(profile_text([](auto& j) { j["format"] = "dcp.profile/v0"; })); }},
-      {"profile-missing-field", "invalid_argument", "missing or mistyped field",
+      {"profile-missing-field", "parse_error", "missing or mistyped field",
        [] { return read_profile_text(profile_text([](auto& j) { j.erase("entries"); })); }},
       {"profile-nan-time", "invalid_argument", "entry 0 has time_s = nan (must be positive and finite)",
        [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["time_s"] = nullptr; })); }},
@@ -270,9 +270,14 @@ const std::vector<entry>& catalogue() {
        [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h100", 8); }); }},
       {"profile-other-world-size", "mismatch", "it was made for 8 GPUs, the job has 16",
        [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h200", 16); }); }},
-      {"profile-not-registered", "invalid_argument", "no profile registered; call dcp::register_profile(table) first",
+      {"cost-model-other-world", "mismatch", "the cost model is for 8 GPUs but the world has 1 ranks",
        [] {
-         return lib([] { dcp::cost_factory<dcp::profiled_cost>::make(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8); });
+         return lib([] {
+           dcp::local_world::run(1, [](dcp::local_comm& world) {
+             dcp::scheduler s(dcp::models::cogvideox_5b(), world,
+                              dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8));
+           });
+         });
        }},
 
       // Model, device and GPUs

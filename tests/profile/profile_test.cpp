@@ -71,13 +71,13 @@ TEST(profile_json, round_trip) {
 
 TEST(profile_json, rejects_bad_documents) {
   const auto good = to_json(synthetic_table());
-  expect_error([] { from_json("{ not json"); }, dcp::errc::invalid_argument, "not valid JSON");
+  expect_error([] { from_json("{ not json"); }, dcp::errc::parse_error, "not valid JSON");
   auto other = good;
   other.replace(other.find("dcp.profile/v1"), 14, "dcp.profile/v9");
-  expect_error([&] { from_json(other); }, dcp::errc::invalid_argument, "unknown format");
+  expect_error([&] { from_json(other); }, dcp::errc::parse_error, "unknown format");
   auto missing = good;
   missing.replace(missing.find("\"gpus_per_node\""), 15, "\"gpus_per_nodX\"");
-  expect_error([&] { from_json(missing); }, dcp::errc::invalid_argument, "missing or mistyped");
+  expect_error([&] { from_json(missing); }, dcp::errc::parse_error, "missing or mistyped");
   auto nan_time = synthetic_table();
   nan_time.entries[3].time_s = std::nan("");
   expect_error([&] { dcp::validate(nan_time); }, dcp::errc::invalid_argument, "entry 3 has time_s");

@@ -73,12 +73,12 @@ void dsp_to_temporal_shards(C& comm, const dsp_shape& s, std::span<const T> in, 
   }
   std::vector<T> packed(out.size());  // from each source i: [T_r][S_i][C]
   detail::exchange(comm, in, sc, std::span<T>(packed), rc, false);
-  const T* src = packed.data();
+  std::int64_t from = 0;
   for (int i = 0; i < sp; ++i) {
     const shard si = shard_of(s.spatial, sp, i);
-    detail::copy_rows(src, si.count * s.channels, out.data() + si.begin * s.channels, s.spatial * s.channels,
-                      my_t.count, si.count * s.channels);
-    src += my_t.count * si.count * s.channels;
+    detail::copy_rows(std::span<const T>(packed), from, si.count * s.channels, out, si.begin * s.channels,
+                      s.spatial * s.channels, my_t.count, si.count * s.channels);
+    from += my_t.count * si.count * s.channels;
   }
 }
 
@@ -91,12 +91,12 @@ void dsp_to_spatial_shards(C& comm, const dsp_shape& s, std::span<const T> in, s
   const shard my_s = shard_of(s.spatial, sp, r), my_t = shard_of(s.frames, sp, r);
   std::vector<std::size_t> sc(static_cast<size_t>(sp)), rc(static_cast<size_t>(sp));
   std::vector<T> packed(in.size());  // to each destination j: [T_r][S_j][C]
-  T* dst = packed.data();
+  std::int64_t to = 0;
   for (int j = 0; j < sp; ++j) {
     const shard sj = shard_of(s.spatial, sp, j);
-    detail::copy_rows(in.data() + sj.begin * s.channels, s.spatial * s.channels, dst, sj.count * s.channels,
-                      my_t.count, sj.count * s.channels);
-    dst += my_t.count * sj.count * s.channels;
+    detail::copy_rows(in, sj.begin * s.channels, s.spatial * s.channels, std::span<T>(packed), to,
+                      sj.count * s.channels, my_t.count, sj.count * s.channels);
+    to += my_t.count * sj.count * s.channels;
     sc[size_t(j)] = size_t(my_t.count * sj.count * s.channels);
     rc[size_t(j)] = size_t(shard_of(s.frames, sp, j).count * my_s.count * s.channels);
   }

@@ -75,7 +75,7 @@ void ulysses_to_head_shards(C& comm, const ulysses_shape& s, std::span<const T> 
   // Chunk j of the send buffer is [t_r][heads/sp][head_dim] of rank j's heads.
   std::vector<T> packed(in.size());
   for (int j = 0; j < sp; ++j)
-    detail::copy_rows(in.data() + j * block, s.heads * s.head_dim, packed.data() + j * mine.count * block, block,
+    detail::copy_rows(in, j * block, s.heads * s.head_dim, std::span<T>(packed), j * mine.count * block, block,
                       mine.count, block);
   std::vector<std::size_t> sc(static_cast<size_t>(sp), static_cast<size_t>(mine.count * block)), rc(static_cast<size_t>(sp));
   for (int i = 0; i < sp; ++i) rc[size_t(i)] = size_t(shard_of(s.tokens, sp, i).count * block);
@@ -98,8 +98,8 @@ void ulysses_to_token_shards(C& comm, const ulysses_shape& s, std::span<const T>
   std::vector<T> packed(out.size());  // [sp][t_r][heads/sp][head_dim]
   detail::exchange(comm, in, sc, std::span<T>(packed), rc, s.tokens % sp == 0);
   for (int i = 0; i < sp; ++i)
-    detail::copy_rows(packed.data() + i * mine.count * block, block, out.data() + i * block, s.heads * s.head_dim,
-                      mine.count, block);
+    detail::copy_rows(std::span<const T>(packed), i * mine.count * block, block, out, i * block,
+                      s.heads * s.head_dim, mine.count, block);
 }
 
 }  // namespace dcp

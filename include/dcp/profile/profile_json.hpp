@@ -11,8 +11,9 @@
 ///   "entries": [ {"bucket": 0, "tokens": 1024, "shape": [1, 1024], "sp": 1, "batch": 4,
 ///                 "checkpointed_blocks": 0, "time_s": 0.012, "memory_bytes": 4.2e10} ] }
 /// \endcode
-/// A malformed document, an unknown format, or a NaN / negative entry is a `dcp::error`
-/// (invalid_argument) naming the source and the field.
+/// A malformed or truncated document, an unknown format or a missing field is a `dcp::error`
+/// (parse_error), a NaN / negative entry one with invalid_argument; both name the source and
+/// the field.
 
 #include <istream>
 #include <ostream>
@@ -65,7 +66,7 @@ inline void write_profile(std::ostream& out, const profile_table& t) {
 inline profile_table read_profile(std::istream& in, std::string_view source = "profile") {
   const std::string src(source);
   auto fail = [&](const std::string& what) -> void {
-    throw error(errc::invalid_argument, std::string(profile_format) + " '" + src + "': " + what);
+    throw error(errc::parse_error, std::string(profile_format) + " '" + src + "': " + what);
   };
   nlohmann::json j;
   try {

@@ -14,10 +14,10 @@
 /// interpolated linearly.
 ///
 /// Construct with `make_profiled_cost(table, model, device_name, gpus)`, which rejects a table
-/// for another model, device or world size. For `dcp::scheduler`, register the table first:
+/// for another model, device or world size, and hand it to the scheduler:
 /// \code
-/// dcp::register_profile(table);   // cost_factory<profiled_cost> finds it by model, device and N
-/// dcp::scheduler<dcp::transformer_spec, Comm, dcp::policies<dcp::profiled_cost>> sched(model, world, options);
+/// auto cost = dcp::make_profiled_cost(table, model, "h200", world.size());
+/// dcp::scheduler<dcp::transformer_spec, Comm, dcp::policies<dcp::profiled_cost>> sched(model, world, cost, options);
 /// \endcode
 
 #include <algorithm>
@@ -26,7 +26,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -233,45 +232,5 @@ inline profiled_cost make_profiled_cost(profile_table t, const transformer_spec&
   check_profile_matches(t, model, device, gpus);
   return profiled_cost(std::move(t));
 }
-
-namespace detail {
-inline std::mutex& profile_registry_mutex() {
-  static std::mutex m;
-  return m;
-}
-inline std::vector<profile_table>& profile_registry() {
-  static std::vector<profile_table> r;
-  return r;
-}
-}  // namespace detail
-
-/// Makes `t` the profile `cost_factory<profiled_cost>` uses for its (model, device, N); replaces
-/// an earlier one for the same key. Thread-safe.
-inline void register_profile(profile_table t) {
-  validate(t);
-  std::lock_guard lk(detail::profile_registry_mutex());
-  auto& r = detail::profile_registry();
-  std::erase_if(r, [&](const profile_table& o) { return o.model == t.model && o.device == t.device && o.gpus == t.gpus; });
-  r.push_back(std::move(t));
-}
-
-/// The scheduler builds a `profiled_cost` from the registered profile of its model, device and N;
-/// none registered, or only ones for another job, is a `dcp::error` that says which.
-template <>
-struct cost_factory<profiled_cost> {
-  template <class Model>
-  static profiled_cost make(const Model& model, const device_spec& device, int gpus) {
-    const transformer_spec spec(model);
-    std::lock_guard lk(detail::profile_registry_mutex());
-    const auto& r = detail::profile_registry();
-    for (const auto& t : r)
-      if (t.model == spec && t.device == device.name && t.gpus == gpus) return profiled_cost(t);
-    if (r.empty())
-      throw error(errc::invalid_argument,
-                  "cost_factory<profiled_cost>: no profile registered; call dcp::register_profile(table) first");
-    check_profile_matches(r.front(), spec, device.name, gpus);  // throws, naming the difference
-    throw error(errc::mismatch, "cost_factory<profiled_cost>: no matching profile");
-  }
-};
 
 }  // namespace dcp

@@ -33,13 +33,16 @@ void exchange(C& comm, std::span<const T> send, const std::vector<std::size_t>& 
     comm.all_to_all_v(send, std::span<const std::size_t>(send_counts), recv, std::span<const std::size_t>(recv_counts));
 }
 
-/// Copies `rows` rows of `len` elements: row k from src + k * src_stride to dst + k * dst_stride.
+/// Copies `rows` rows of `len` elements: row k from src[src_first + k * src_stride] to
+/// dst[dst_first + k * dst_stride]. Offsets, not pointers: an empty shard has a null data()
+/// that no offset may be added to, so nothing is computed when there is nothing to copy.
 template <class T>
-void copy_rows(const T* src, std::int64_t src_stride, T* dst, std::int64_t dst_stride, std::int64_t rows,
-               std::int64_t len) noexcept {
-  if (len == 0) return;
+void copy_rows(std::span<const T> src, std::int64_t src_first, std::int64_t src_stride, std::span<T> dst,
+               std::int64_t dst_first, std::int64_t dst_stride, std::int64_t rows, std::int64_t len) noexcept {
+  if (len == 0 || rows == 0) return;
   for (std::int64_t k = 0; k < rows; ++k)
-    std::memcpy(dst + k * dst_stride, src + k * src_stride, std::size_t(len) * sizeof(T));
+    std::memcpy(dst.data() + dst_first + k * dst_stride, src.data() + src_first + k * src_stride,
+                std::size_t(len) * sizeof(T));
 }
 
 }  // namespace dcp::detail
