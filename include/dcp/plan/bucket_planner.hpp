@@ -165,10 +165,7 @@ struct bucket_planner {
                       std::uint64_t sampler_seed = 0) const {
     std::vector<skipped_sequence> skipped;
     const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
-    dataset by_id(data.begin(), data.end());  // tuning must not depend on the order data came in
-    std::sort(by_id.begin(), by_id.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
-    const auto batches = epoch_batches(cost, std::move(by_id), budget, sampler_seed);
-    return tuned(cost, feasible, batches);
+    return tuned(cost, feasible, tuning_batches(cost, data, budget, sampler_seed));
   }
 
   /// Plans one global batch. Every step checkpoints all blocks, as the real system does; the

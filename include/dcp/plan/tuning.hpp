@@ -42,6 +42,16 @@ std::vector<std::vector<sequence>> epoch_batches(const C& cost, dataset data, st
   return out;
 }
 
+/// The epoch a static planner tunes on: `epoch_batches` of `data` taken in id order, so that
+/// tuning does not depend on the order the data came in.
+template <cost_model C>
+std::vector<std::vector<sequence>> tuning_batches(const C& cost, std::span<const sequence> data,
+                                                  std::int64_t budget, std::uint64_t seed) {
+  dataset by_id(data.begin(), data.end());
+  std::sort(by_id.begin(), by_id.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+  return epoch_batches(cost, std::move(by_id), budget, seed);
+}
+
 /// The most copies of `one` that fit one step on `sp` GPUs with `k` checkpointed blocks
 /// (0 when not even one fits).
 template <cost_model C>
