@@ -239,6 +239,8 @@ const std::vector<entry>& catalogue() {
        [] { return lib([] { read_lengths_text("# header only: the file was cut here\n"); }); }},
       {"lengths-truncated-token", "parse_error", "l.txt:2: expected an integer token count but found '12e'",
        [] { return lib([] { read_lengths_text("10\n12e"); }); }},
+      {"lengths-truncated", "parse_error", "the file is truncated or was edited",
+       [] { return lib([] { std::istringstream in("# dcp lengths file: 3 sequences\n100\n200\n30"); dcp::read_lengths(in, "l.txt"); }); }},
       {"lengths-missing-file", "io_error", "cannot open lengths file",
        [] { return lib([] { (void)dcp::read_lengths_file(scratch() / "no-such-file.txt"); }); }},
       {"lengths-directory", "io_error", "it is a directory",

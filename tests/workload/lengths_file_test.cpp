@@ -122,6 +122,26 @@ TEST(LengthsFile, RoundTripsRandomDatasets) {
   }
 }
 
+TEST(LengthsFile, AWrittenFileCutShortAnywhereIsAParseError) {
+  dcp::dataset d;
+  for (std::int64_t i = 0; i < 12; ++i)
+    d.push_back(i % 3 ? dcp::make_sequence(i, 1000 + 37 * i) : dcp::make_sequence(i, 1 + i, 120 + i));
+  std::ostringstream os;
+  dcp::write_lengths(os, d);
+  const std::string text = os.str();
+  for (std::size_t cut = 0; cut < text.size(); ++cut) {
+    std::istringstream in(text.substr(0, cut));
+    try {
+      (void)dcp::read_lengths(in, "cut.txt");
+      ADD_FAILURE() << "a file cut at byte " << cut << " of " << text.size() << " was read";
+    } catch (const dcp::error& e) {
+      EXPECT_EQ(e.code(), dcp::errc::parse_error) << e.what();
+    }
+  }
+  std::istringstream whole(text);
+  EXPECT_EQ(dcp::read_lengths(whole, "whole.txt").size(), d.size());
+}
+
 TEST(LengthsFile, WriteRejectsInvalidSequences) {
   std::ostringstream out;
   EXPECT_THROW(dcp::write_lengths(out, {dcp::make_sequence(0, 0)}), dcp::error);

@@ -33,6 +33,9 @@ namespace detail {
 
 inline bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 
+// The first line `write_lengths` writes, followed by the sequence count.
+inline constexpr std::string_view lengths_header = "# dcp lengths file: ";
+
 inline std::string quoted_token(std::string_view t) {
   constexpr std::size_t shown = 40;
   return "'" + std::string(t.substr(0, shown)) + (t.size() > shown ? "...'" : "'");
@@ -42,15 +45,25 @@ inline std::string quoted_token(std::string_view t) {
 
 /// Reads a lengths file from `in`; `source_name` (a file name, "<stdin>", ...) prefixes every
 /// error message as `source:line: what`. Throws `dcp::error` with `errc::parse_error` for a
-/// malformed line or an input without sequences, and `errc::io_error` when reading fails.
+/// malformed line, an input without sequences, or a file whose `write_lengths` header count does
+/// not match (truncated), and `errc::io_error` when reading fails.
 inline dataset read_lengths(std::istream& in, std::string_view source_name) {
   const std::string source(source_name);
   dataset out;
   std::string line;
   std::int64_t line_no = 0;
+  std::int64_t promised = -1;        // the count in a `write_lengths` header, if there is one
+  bool last_unterminated = false;    // the last line read ended at end of file, not at '\n'
   while (std::getline(in, line)) {
     ++line_no;
+    last_unterminated = in.eof();
     std::string_view rest(line);
+    if (line_no == 1 && rest.starts_with(detail::lengths_header)) {
+      std::string_view n = rest.substr(detail::lengths_header.size());
+      std::int64_t v = 0;
+      if (const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v); ec == std::errc{} && v >= 0)
+        promised = v;
+    }
     if (const auto hash = rest.find('#'); hash != std::string_view::npos) rest = rest.substr(0, hash);
 
     const auto fail = [&](const std::string& what) -> void {
@@ -95,6 +108,16 @@ inline dataset read_lengths(std::istream& in, std::string_view source_name) {
   if (in.bad())
     throw error(errc::io_error, source + ":" + std::to_string(line_no + 1) + ": read failed after " +
                                     std::to_string(line_no) + " lines");
+  // A file written by `write_lengths` says how many sequences it holds and ends with a newline:
+  // a file cut short (even right after a digit) is caught instead of read as a shorter dataset.
+  if (promised >= 0) {
+    check(static_cast<std::int64_t>(out.size()) == promised && !last_unterminated, errc::parse_error, [&] {
+      return source + ":" + std::to_string(line_no) + ": the header promises " + std::to_string(promised) +
+             " sequences but the file holds " + std::to_string(out.size()) +
+             (last_unterminated ? " and its last line is cut short" : "") +
+             "; the file is truncated or was edited (fix or drop the header line)";
+    });
+  }
   check(!out.empty(), errc::parse_error, [&] {
     return source + ":" + std::to_string(line_no) +
            ": no sequences found; a lengths file has one sequence per line ('n' or 'T S')";
@@ -123,7 +146,7 @@ inline dataset read_lengths_file(const std::filesystem::path& path) {
 /// Throws `dcp::error` for an invalid sequence (see `dcp::validate`) or a failed write.
 inline void write_lengths(std::ostream& out, const dataset& d) {
   for (const auto& s : d) validate(s);
-  out << "# dcp lengths file: " << d.size() << " sequences, one per line as 'n' or 'T S'\n";
+  out << detail::lengths_header << d.size() << " sequences, one per line as 'n' or 'T S'\n";
   for (const auto& s : d) {
     if (s.frames == 1) out << s.spatial << '\n';
     else out << s.frames << ' ' << s.spatial << '\n';
