@@ -51,18 +51,22 @@ struct scheduler_options {
   device_spec device = devices::h200();  ///< device preset (or a measured one)
   int gpus_per_node = 0;                 ///< G; 0: device.gpus_per_node
   double memory_capacity_bytes = 0;      ///< C per GPU; 0: device.mem_bytes * device.usable
-  loss_normalization loss = loss_normalization::token_mean;
-  infeasible_policy on_infeasible = infeasible_policy::error;
+  /// Loss weights and infeasible sequences: when set, they override the planner's own knobs.
+  std::optional<loss_normalization> loss;
+  std::optional<infeasible_policy> on_infeasible;
   std::int64_t global_batch_tokens = 0;  ///< sampler budget; 0: 262144 * N
   std::uint64_t seed = 0;                ///< sampler shuffle seed (same on every rank)
 
   friend bool operator==(const scheduler_options&, const scheduler_options&) = default;
   friend std::ostream& operator<<(std::ostream& os, const scheduler_options& o) {
-    return os << "scheduler_options{" << o.device << ", gpus_per_node=" << o.gpus_per_node
-              << ", memory_capacity_bytes=" << o.memory_capacity_bytes
-              << ", loss=" << (o.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
-              << ", on_infeasible=" << (o.on_infeasible == infeasible_policy::error ? "error" : "skip")
-              << ", global_batch_tokens=" << o.global_batch_tokens << ", seed=" << o.seed << "}";
+    os << "scheduler_options{" << o.device << ", gpus_per_node=" << o.gpus_per_node
+       << ", memory_capacity_bytes=" << o.memory_capacity_bytes << ", loss=";
+    if (o.loss) os << *o.loss;
+    else os << "planner's";
+    os << ", on_infeasible=";
+    if (o.on_infeasible) os << *o.on_infeasible;
+    else os << "planner's";
+    return os << ", global_batch_tokens=" << o.global_batch_tokens << ", seed=" << o.seed << "}";
   }
 };
 
@@ -135,11 +139,14 @@ class scheduler {
   scheduler(Model model, Comm& world, std::optional<cost_type> cost, scheduler_options options, Policies policies)
       : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
         cost_(make_cost(std::move(cost))), groups_(world, make_groups()) {
-    if constexpr (requires { policies_.planner.loss; }) policies_.planner.loss = options_.loss;
-    if constexpr (requires { policies_.planner.on_infeasible; }) policies_.planner.on_infeasible = options_.on_infeasible;
-    // Planners that bucket by length (the bucket baseline) use the bundle's bucketing.
-    if constexpr (requires { policies_.planner.token_buckets = policies_.bucketing; })
-      policies_.planner.token_buckets = policies_.bucketing;
+    if constexpr (requires { policies_.planner.loss; })
+      if (options_.loss) policies_.planner.loss = *options_.loss;
+    if constexpr (requires { policies_.planner.on_infeasible; })
+      if (options_.on_infeasible) policies_.planner.on_infeasible = *options_.on_infeasible;
+    // Planners that bucket by length (the bucket baseline) use the bundle's bucketing, unless
+    // they were already tuned on their own buckets.
+    if constexpr (requires { policies_.planner.token_buckets = policies_.bucketing; policies_.planner.sp; })
+      if (policies_.planner.sp == 0) policies_.planner.token_buckets = policies_.bucketing;
   }
 
 

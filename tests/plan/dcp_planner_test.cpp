@@ -4,7 +4,10 @@
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>
@@ -435,3 +438,31 @@ TEST(DcpPlanner, RegularValueWithNamesForTheAblations) {
 }
 
 }  // namespace
+
+// Skipped sequences and the lower bound must not depend on the order a rank received the batch
+// in, for every planner: ranks compare plan hashes.
+TEST(Planners, SkippedSequencesAndBoundsAreOrderIndependent) {
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  std::vector<dcp::sequence> batch;
+  for (std::int64_t i = 0; i < 40; ++i)
+    batch.push_back(i % 7 == 3 ? dcp::make_sequence(i, 90'000'000) : dcp::make_sequence(i, 300 + 977 * i));
+  std::vector<dcp::sequence> reversed(batch.rbegin(), batch.rend());
+  const auto skip = dcp::infeasible_policy::skip;
+  auto same = [&](const auto& planner) {
+    const dcp::plan a = planner.plan(c, batch), b = planner.plan(c, reversed);
+    EXPECT_EQ(a.hash(), b.hash()) << planner.name();
+    EXPECT_EQ(a.lower_bound_s, b.lower_bound_s) << planner.name();
+    EXPECT_EQ(a.skipped, b.skipped) << planner.name();
+    EXPECT_EQ(a.skipped.size(), 6u) << planner.name();
+  };
+  same(dcp::dcp_planner{.on_infeasible = skip});
+  same(dcp::dynamic_cp_planner{.on_infeasible = skip});
+  dcp::packed_planner packed;
+  packed.sp = 8;
+  packed.on_infeasible = skip;
+  same(packed);
+  dcp::bucket_planner bucket;
+  bucket.sp = 8;
+  bucket.on_infeasible = skip;
+  same(bucket);
+}

@@ -354,6 +354,25 @@ TEST(scheduler_options, on_infeasible_and_loss_reach_the_planner) {
       world_options);
 }
 
+TEST(scheduler_options, unset_options_keep_the_planners_own_knobs) {
+  dcp::dataset batch = mixed_batch();
+  batch.push_back(dcp::make_sequence(7, 50'000'000));  // fits no group of 2 H200
+  dcp::local_world::run(
+      2,
+      [&](dcp::local_comm& world) {
+        dcp::default_policies bundle;
+        bundle.planner.on_infeasible = dcp::infeasible_policy::skip;
+        bundle.planner.loss = dcp::loss_normalization::sample_mean;
+        sched_t s(dcp::models::cogvideox_5b(), world, dcp::scheduler_options{}, bundle);
+        EXPECT_EQ(s.policies().planner.on_infeasible, dcp::infeasible_policy::skip);
+        EXPECT_EQ(s.policies().planner.loss, dcp::loss_normalization::sample_mean);
+        const dcp::plan p = s.plan(batch);
+        ASSERT_EQ(p.skipped.size(), 1u);
+        EXPECT_EQ(p.skipped[0].id, 7);
+      },
+      world_options);
+}
+
 TEST(scheduler_options, the_sampler_uses_the_budget_and_seed_and_is_the_same_on_every_rank) {
   const dcp::dataset data = dcp::workloads::make("cogvideox-zipf10", 3);
   std::vector<std::vector<std::int64_t>> first_ids(4);

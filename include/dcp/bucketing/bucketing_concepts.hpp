@@ -20,7 +20,7 @@ namespace dcp {
 struct bucketing_tag {};
 
 template <class B>
-concept bucketing = std::same_as<typename B::policy_concept, bucketing_tag> &&  //
+concept bucketing = std::same_as<typename B::policy_concept, bucketing_tag> && std::regular<B> &&  //
                     requires(const B& b, std::int64_t n, std::size_t i) {
                       { b.bucket_count() } -> std::convertible_to<std::size_t>;
                       { b.bucket_of(n) } -> std::convertible_to<std::size_t>;

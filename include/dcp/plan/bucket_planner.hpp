@@ -126,7 +126,8 @@ struct bucket_planner {
     for (auto& [key, b] : by_key) {
       if (k == bucket_keys::tokens) {
         const sequence edge = make_sequence(0, token_buckets.representative(static_cast<std::size_t>(key.second)));
-        if (edge.spatial >= b.representative.spatial && fits_checkpointed(cost, edge, on_sp)) b.representative = edge;
+        if (edge.shape_tokens() >= b.representative.shape_tokens() && fits_checkpointed(cost, edge, on_sp))
+          b.representative = edge;
       }
       b.representative.id = 0;
       const auto one = cost.load_of(b.representative);
@@ -163,6 +164,7 @@ struct bucket_planner {
   template <cost_model C>
   bucket_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
                       std::uint64_t sampler_seed = 0) const {
+    token_buckets.validate();
     std::vector<skipped_sequence> skipped;
     const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
     return tuned(cost, feasible, tuning_batches(cost, data, budget, sampler_seed));
@@ -173,6 +175,7 @@ struct bucket_planner {
   template <cost_model C, class Recompute = full_recompute>
     requires recompute_policy<Recompute>
   dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
+    token_buckets.validate();
     std::vector<skipped_sequence> skipped;
     if (sp == 0) {
       const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
@@ -228,8 +231,7 @@ struct bucket_planner {
   friend std::ostream& operator<<(std::ostream& os, const bucket_planner& p) {
     return os << "bucket_planner{sp=" << p.sp << ", fill=" << p.fill << ", median_bucket_time_s=" << p.median_bucket_time_s
               << ", keys=" << to_string(p.keys) << ", " << p.token_buckets << ", seed=" << p.seed
-              << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
-              << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
+              << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
 
  private:

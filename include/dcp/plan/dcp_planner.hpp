@@ -76,12 +76,15 @@ class dcp_planning {
     planned_.clear();
     for (const auto& it : items_) planned_.push_back(it.seq);
     sps_ = legal_sp_sizes(cost_);
+    k_pref_.clear();
     for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp).value_or(cost_.blocks()));
     choose_sp();
 
     plan best = build(method, norm);
     if (inter_) best = widen_critical(std::move(best), method, norm);
     best.skipped = std::move(skipped);
+    std::sort(best.skipped.begin(), best.skipped.end(),  // in id order, like everything else here
+              [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     return best;
   }
 
@@ -431,8 +434,7 @@ struct dcp_planner {
   friend bool operator==(const dcp_planner&, const dcp_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const dcp_planner& p) {
     return os << "dcp_planner{inter=" << p.inter << ", intra=" << p.intra << ", improve_moves=" << p.improve_moves
-              << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
-              << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
+              << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
 };
 

@@ -200,8 +200,7 @@ struct dynamic_cp_planner {
 
   friend bool operator==(const dynamic_cp_planner&, const dynamic_cp_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const dynamic_cp_planner& p) {
-    return os << "dynamic_cp_planner{loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
-              << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
+    return os << "dynamic_cp_planner{loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
 };
 

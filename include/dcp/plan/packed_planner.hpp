@@ -41,7 +41,7 @@ namespace detail {
 // empty), so the leftmost bin with room for an item is one descent.
 class first_fit_bins {
  public:
-  first_fit_bins(std::size_t max_bins, std::int64_t capacity) : capacity_(capacity) {
+  first_fit_bins(std::size_t max_bins, std::int64_t capacity) {
     while (leaves_ < std::max<std::size_t>(max_bins, 1)) leaves_ *= 2;
     room_.assign(2 * leaves_, capacity);
   }
@@ -53,10 +53,8 @@ class first_fit_bins {
     for (std::size_t n = node / 2; n >= 1; n /= 2) room_[n] = std::max(room_[2 * n], room_[2 * n + 1]);
     return node - leaves_;
   }
-  std::int64_t capacity() const noexcept { return capacity_; }
 
  private:
-  std::int64_t capacity_;
   std::size_t leaves_ = 1;
   std::vector<std::int64_t> room_;
 };
@@ -154,8 +152,7 @@ struct packed_planner {
   friend bool operator==(const packed_planner&, const packed_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const packed_planner& p) {
     return os << "packed_planner{sp=" << p.sp << ", fill=" << p.fill
-              << ", loss=" << (p.loss == loss_normalization::token_mean ? "token_mean" : "sample_mean")
-              << ", on_infeasible=" << (p.on_infeasible == infeasible_policy::error ? "error" : "skip") << "}";
+              << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
 
  private:

@@ -28,6 +28,13 @@ enum class infeasible_policy {
   skip,   ///< leave it out of the plan and list it in `plan::skipped`
 };
 
+inline std::ostream& operator<<(std::ostream& os, loss_normalization n) {
+  return os << (n == loss_normalization::token_mean ? "token_mean" : "sample_mean");
+}
+inline std::ostream& operator<<(std::ostream& os, infeasible_policy p) {
+  return os << (p == infeasible_policy::error ? "error" : "skip");
+}
+
 /// One sequence of a micro-step.
 struct planned_sequence {
   std::int64_t id = 0;

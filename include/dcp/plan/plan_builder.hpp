@@ -68,6 +68,8 @@ class plan_builder {
     std::sort(plan_.steps.begin(), plan_.steps.end(), [](const plan_step& a, const plan_step& b) {
       return a.start_s != b.start_s ? a.start_s < b.start_s : a.ranks.first < b.ranks.first;
     });
+    std::sort(plan_.skipped.begin(), plan_.skipped.end(),
+              [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     plan_.makespan_s = 0;
     for (const auto& s : plan_.steps) plan_.makespan_s = std::max(plan_.makespan_s, s.end_s());
     plan_.lower_bound_s = lower_bound(cost_, planned);

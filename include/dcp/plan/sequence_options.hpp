@@ -118,7 +118,8 @@ std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence
 
   std::vector<sequence> out;
   out.reserve(batch.size());
-  const int widest = legal_sp_sizes(cost).empty() ? 1 : legal_sp_sizes(cost).back();
+  const auto sps = legal_sp_sizes(cost);
+  const int widest = sps.empty() ? 1 : sps.back();
   for (const auto& s : batch) {
     // Memory falls with sp and with k: the widest group with every block checkpointed decides.
     if (cost.memory(cost.load_of(s), widest, cost.blocks()) <= cost.capacity()) {
@@ -136,8 +137,14 @@ std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence
 /// max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
 template <cost_model C>
 double lower_bound(const C& cost, std::span<const sequence> batch) {
+  // Summed in id order: the bound must not depend on the order a rank received the batch in.
+  std::vector<const sequence*> by_id;
+  by_id.reserve(batch.size());
+  for (const auto& s : batch) by_id.push_back(&s);
+  std::sort(by_id.begin(), by_id.end(), [](const sequence* a, const sequence* b) { return a->id < b->id; });
   double work = 0, longest = 0;
-  for (const auto& s : batch) {
+  for (const sequence* q : by_id) {
+    const sequence& s = *q;
     const auto load = cost.load_of(s);
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
     for (const auto& o : options_of(cost, load)) {

@@ -37,7 +37,6 @@
 #include <dcp/error.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/profile/profile_table.hpp>
-#include <dcp/scheduler.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {
