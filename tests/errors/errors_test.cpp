@@ -103,13 +103,19 @@ outcome ranks(int n, const std::function<void(dcp::local_comm&)>& fn, std::vecto
   return out;
 }
 
+// A per-process folder for the files the catalogue reads, removed when the process ends.
+struct scratch_dir {
+  fs::path path = fs::temp_directory_path() / ("dcp-errors-" + std::to_string(::getpid()));
+  scratch_dir() { fs::create_directories(path); }
+  ~scratch_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 fs::path scratch() {
-  static const fs::path dir = [] {
-    auto d = fs::temp_directory_path() / ("dcp-errors-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const scratch_dir dir;
+  return dir.path;
 }
 
 fs::path write_file(const std::string& name, const std::string& text) {
