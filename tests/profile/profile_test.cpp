@@ -2,6 +2,8 @@
 // memory prediction against counted peak activation memory of real full-depth steps.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -78,6 +80,12 @@ TEST(profile_json, rejects_bad_documents) {
   auto missing = good;
   missing.replace(missing.find("\"gpus_per_node\""), 15, "\"gpus_per_nodX\"");
   expect_error([&] { from_json(missing); }, dcp::errc::parse_error, "missing or mistyped");
+  // Integer fields out of range or not integers (a fuzzer found 1e54 reaching get<int>()).
+  for (const char* bad : {"1e54", "4.5", "-99999999999999"}) {
+    auto j = nlohmann::json::parse(good);
+    j["entries"][0]["sp"] = nlohmann::json::parse(bad);
+    expect_error([&] { from_json(j.dump()); }, dcp::errc::parse_error, "field 'sp'");
+  }
   auto nan_time = synthetic_table();
   nan_time.entries[3].time_s = std::nan("");
   expect_error([&] { dcp::validate(nan_time); }, dcp::errc::invalid_argument, "entry 3 has time_s");

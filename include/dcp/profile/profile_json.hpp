@@ -15,7 +15,9 @@
 /// (parse_error), a NaN / negative entry one with invalid_argument; both name the source and
 /// the field.
 
+#include <cstdint>
 #include <istream>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -74,48 +76,61 @@ inline profile_table read_profile(std::istream& in, std::string_view source = "p
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("not valid JSON (") + e.what() + ")");
   }
+  // Integer fields must be JSON integers in range: nlohmann's get<int>() on 1e54 is undefined.
+  auto integer = [&]<class Int>(const nlohmann::json& v, const char* field, Int) -> Int {
+    bool ok = false;
+    if (v.is_number_unsigned()) ok = v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max());
+    else if (v.is_number_integer())
+      ok = v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<Int>::min()) &&
+           v.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<Int>::max());
+    if (!ok) fail(std::string("field '") + field + "' = " + v.dump() + " is not an integer in range");
+    return static_cast<Int>(v.get<std::int64_t>());
+  };
+  auto optional_integer = [&]<class Int>(const nlohmann::json& o, const char* field, Int fallback) -> Int {
+    return o.contains(field) ? integer(o.at(field), field, fallback) : fallback;
+  };
   profile_table t;
   try {
     if (!j.is_object() || j.value("format", std::string()) != profile_format)
       fail("unknown format '" + (j.is_object() ? j.value("format", std::string()) : std::string()) +
            "'; expected \"dcp.profile/v1\"");
     t.device = j.at("device").get<std::string>();
-    t.gpus = j.at("gpus").get<int>();
-    t.gpus_per_node = j.at("gpus_per_node").get<int>();
+    t.gpus = integer(j.at("gpus"), "gpus", 0);
+    t.gpus_per_node = integer(j.at("gpus_per_node"), "gpus_per_node", 0);
     t.memory_capacity_bytes = j.at("memory_capacity_bytes").get<double>();
     t.static_memory_bytes = j.value("static_memory_bytes", 0.0);
-    t.profiled_blocks = j.value("profiled_blocks", 2);
+    t.profiled_blocks = optional_integer(j, "profiled_blocks", 2);
     const auto& m = j.at("model");
     t.model.name = m.at("name").get<std::string>();
-    t.model.blocks = m.at("blocks").get<int>();
-    t.model.hidden = m.at("hidden").get<std::int64_t>();
-    t.model.heads = m.at("heads").get<int>();
-    t.model.mlp_width = m.at("mlp_width").get<std::int64_t>();
-    t.model.mlp_matrices = m.value("mlp_matrices", 2);
+    t.model.blocks = integer(m.at("blocks"), "model.blocks", 0);
+    t.model.hidden = integer(m.at("hidden"), "model.hidden", std::int64_t{0});
+    t.model.heads = integer(m.at("heads"), "model.heads", 0);
+    t.model.mlp_width = integer(m.at("mlp_width"), "model.mlp_width", std::int64_t{0});
+    t.model.mlp_matrices = optional_integer(m, "mlp_matrices", 2);
     const auto att = m.value("attention", std::string("full"));
     if (att == "full") t.model.attention = attention_kind::full;
     else if (att == "causal") t.model.attention = attention_kind::causal;
     else if (att == "factorized_2d") t.model.attention = attention_kind::factorized_2d;
     else fail("model.attention = '" + att + "'; use full, causal or factorized_2d");
-    t.model.text_tokens = m.value("text_tokens", std::int64_t{0});
+    t.model.text_tokens = optional_integer(m, "text_tokens", std::int64_t{0});
     if (j.contains("stats")) {
       const auto& s = j["stats"];
-      t.stats = {s.value("runs", std::int64_t{0}), s.value("seconds", 0.0), s.value("exhaustive_runs", std::int64_t{0}),
-                 s.value("exhaustive_seconds", 0.0)};
+      t.stats = {optional_integer(s, "runs", std::int64_t{0}), s.value("seconds", 0.0),
+                 optional_integer(s, "exhaustive_runs", std::int64_t{0}), s.value("exhaustive_seconds", 0.0)};
     }
     for (const auto& e : j.at("entries")) {
       profile_entry p;
-      p.bucket = e.at("bucket").get<int>();
-      p.tokens = e.at("tokens").get<std::int64_t>();
+      p.bucket = integer(e.at("bucket"), "bucket", 0);
+      p.tokens = integer(e.at("tokens"), "tokens", std::int64_t{0});
       if (e.contains("shape")) {
-        p.frames = e["shape"].at(0).get<std::int64_t>();
-        p.spatial = e["shape"].at(1).get<std::int64_t>();
+        p.frames = integer(e["shape"].at(0), "shape[0]", std::int64_t{0});
+        p.spatial = integer(e["shape"].at(1), "shape[1]", std::int64_t{0});
       } else {
         p.spatial = p.tokens;
       }
-      p.sp = e.at("sp").get<int>();
-      p.batch = e.at("batch").get<int>();
-      p.checkpointed_blocks = e.at("checkpointed_blocks").get<int>();
+      p.sp = integer(e.at("sp"), "sp", 0);
+      p.batch = integer(e.at("batch"), "batch", 0);
+      p.checkpointed_blocks = integer(e.at("checkpointed_blocks"), "checkpointed_blocks", 0);
       // JSON has no NaN: a null time or memory is how NaN comes out of nlohmann's dump.
       p.time_s = e.at("time_s").is_null() ? std::nan("") : e.at("time_s").get<double>();
       p.memory_bytes = e.at("memory_bytes").is_null() ? std::nan("") : e.at("memory_bytes").get<double>();
