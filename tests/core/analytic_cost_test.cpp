@@ -16,16 +16,10 @@
 
 namespace {
 
+using dcp_test::message_of;
+
 using dcp_test::rng;
 
-std::string message_of(auto&& f) {
-  try {
-    f();
-  } catch (const dcp::error& e) {
-    return e.what();
-  }
-  return "<no dcp::error thrown>";
-}
 
 // --- device presets ------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/device.hpp>
+#include <dcp/error.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/sequence.hpp>
 
@@ -17,6 +18,16 @@
 #include <vector>
 
 namespace dcp_test {
+
+/// The message of the `dcp::error` that `f` throws (a marker when it throws none).
+inline std::string message_of(auto&& f) {
+  try {
+    f();
+  } catch (const dcp::error& e) {
+    return e.what();
+  }
+  return "<no dcp::error thrown>";
+}
 
 /// Seeded draws that do not depend on the standard library's distributions (those differ
 /// between implementations; mt19937_64's raw output does not).

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core_test_support.hpp"
+
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -14,14 +16,7 @@
 
 namespace {
 
-std::string message_of(auto&& f) {
-  try {
-    f();
-  } catch (const dcp::error& e) {
-    return e.what();
-  }
-  return "<no dcp::error thrown>";
-}
+using dcp_test::message_of;
 
 // --- model presets -------------------------------------------------------------------------------
 

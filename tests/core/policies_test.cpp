@@ -23,16 +23,10 @@
 
 namespace {
 
+using dcp_test::message_of;
+
 using dcp_test::rng;
 
-std::string message_of(auto&& f) {
-  try {
-    f();
-  } catch (const dcp::error& e) {
-    return e.what();
-  }
-  return "<no dcp::error thrown>";
-}
 
 // A random step near the memory boundaries: tokens per GPU up to twice what fits with no
 // recomputation, or up to 1.3 x_max, so every outcome (0, some, all blocks, none) occurs.
