@@ -17,8 +17,8 @@
 #include <vector>
 
 #include <dcp/dcp.hpp>
+#include <dcp/cost/profiled_cost.hpp>
 #include <dcp/profile/profile_json.hpp>
-#include <dcp/profile/profiled_cost.hpp>
 #include <dcp/profile/profiler.hpp>
 #if DCP_HAS_MPI()
 #include <dcp/comm/mpi.hpp>

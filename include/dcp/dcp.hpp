@@ -19,6 +19,7 @@
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/cost/device.hpp>
+#include <dcp/cost/profiled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_cache.hpp>
@@ -39,7 +40,6 @@
 #include <dcp/profile/memory_counter.hpp>
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/profile/profile_table.hpp>
-#include <dcp/profile/profiled_cost.hpp>
 #include <dcp/profile/profiler.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>

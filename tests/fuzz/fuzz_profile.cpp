@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include <dcp/cost/profiled_cost.hpp>
 #include <dcp/profile/profile_json.hpp>
-#include <dcp/profile/profiled_cost.hpp>
 
 #include "fuzz_input.hpp"
 

@@ -10,9 +10,9 @@
 #include <string>
 
 #include <dcp/dcp.hpp>
+#include <dcp/cost/profiled_cost.hpp>
 #include <dcp/profile/memory_counter.hpp>
 #include <dcp/profile/profile_json.hpp>
-#include <dcp/profile/profiled_cost.hpp>
 #include <dcp/profile/profiler.hpp>
 
 #include "../../examples/cpu_train/profile_step.hpp"
