@@ -1,4 +1,5 @@
-// Baselines (DESIGN section 3, "Baselines"): bucket, packed, dynamic_cp.
+// Baselines (DESIGN section 3, "Baselines"): bucket, packed, dynamic_cp (Megatron-Core's
+// dynamic context parallelism: packing-aware group search, tuned per-rank token limit).
 // Property tests over random batches (1D and 2D models, GPU counts 1..1024 including 24), plus
 // the rules that make each baseline what it claims to be.
 
@@ -136,23 +137,183 @@ TEST(Baselines, PackedKeepsThePlanLawsOnRandomBatches) {
   }
 }
 
+// The ranks a step's members last ran on end exactly when it starts: gang start, no barrier.
+void check_gang_starts(const dcp::plan& p, const char* what) {
+  std::vector<double> free(static_cast<std::size_t>(p.gpus), 0.0);
+  std::vector<const dcp::plan_step*> order;
+  for (const auto& st : p.steps) order.push_back(&st);
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->start_s < b->start_s; });
+  for (const auto* st : order) {
+    double ready = 0;
+    for (int r = st->ranks.first; r < st->ranks.end(); ++r) ready = std::max(ready, free[static_cast<std::size_t>(r)]);
+    EXPECT_NEAR(st->start_s, ready, 1e-9 * std::max(1.0, ready)) << what << ": a step waits past its members";
+    for (int r = st->ranks.first; r < st->ranks.end(); ++r) free[static_cast<std::size_t>(r)] = st->end_s();
+  }
+}
+
 TEST(Baselines, DynamicCpKeepsThePlanLawsOnRandomBatches) {
-  dcp::xoshiro256ss g(303);
-  for (int i = 0; i < 1500; ++i) {
+  const std::uint64_t seed = 303;
+  dcp::xoshiro256ss g(seed);
+  for (int i = 0; i < 1000; ++i) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", scenario " + std::to_string(i));
     const scenario s = random_scenario(g);
-    const dcp::plan p = check_laws(dcp::dynamic_cp_planner{}, s, "dynamic_cp");
-    const double x_max = s.cost.max_tokens_per_gpu();
-    for (const auto& st : p.steps) {
-      std::int64_t tokens = 0;
-      for (const auto& q : st.sequences) {
-        tokens += q.tokens;
-        // sp_i = next power of two of ceil(n_i / x_max) (every preset's heads take it).
-        const auto need = static_cast<std::uint64_t>(std::ceil(static_cast<double>(q.tokens) / x_max));
-        EXPECT_EQ(st.sp(), static_cast<int>(std::bit_ceil(std::max<std::uint64_t>(need, 1)))) << "sequence " << q.id;
+    dcp::dynamic_cp_planner untuned;  // tunes itself on each batch
+    const auto sps = dcp::legal_sp_sizes(s.cost);
+    untuned.min_cp_size = dcp::uniform_below(g, 3) == 0 ? sps[dcp::uniform_below(g, sps.size())] : 1;
+    untuned.pad_sequences = dcp::uniform_below(g, 2) == 0;
+    const dcp::plan p = check_laws(untuned, s, "dynamic_cp");
+    const auto tuned = untuned.tune(s.cost, s.batch);
+    ASSERT_GT(tuned.max_tokens_per_rank, 0);
+    const dcp::plan q = check_laws(tuned, s, "dynamic_cp (tuned)");
+    EXPECT_EQ(p.hash(), q.hash()) << "self-tuning on a batch is tuning on it";
+    check_gang_starts(q, "dynamic_cp");
+    for (const auto& st : q.steps) {
+      double per_rank = 0;
+      for (const auto& r : st.sequences) {
+        const auto n = tuned.scheduled_tokens(r.tokens, s.cost.gpus());
+        EXPECT_GE(st.sp(), tuned.cp_size_of(n, tuned.max_tokens_per_rank)) << "sequence " << r.id << " below its CP size";
+        EXPECT_GE(st.sp(), untuned.min_cp_size);
+        if (untuned.pad_sequences) {
+          EXPECT_EQ(n % (2 * s.cost.gpus()), 0);
+        }
+        per_rank += static_cast<double>(n) / st.sp();
       }
-      EXPECT_LE(static_cast<double>(tokens) / st.sp(), x_max * (1 + 1e-12));
+      // THD packing stays within the per-rank limit (a lone sequence within it by its CP size).
+      EXPECT_LE(per_rank, static_cast<double>(tuned.max_tokens_per_rank) * (1 + 1e-12));
     }
   }
+}
+
+TEST(Baselines, DynamicCpFollowsTheMegatronGroupSearch) {
+  // 4 GPUs, 1000 tokens per rank. Micro-batch 1 opens with A (2000 tokens) on CP 2, cap 2.1e6;
+  // B and C (1000) take one free rank each (packing into A would pass the limit); D (500) finds
+  // no room and opens micro-batch 2 alone, where it is doubled until it spans all 4 GPUs.
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 4);
+  dcp::dynamic_cp_planner p;
+  p.max_tokens_per_rank = 1000;
+  const std::vector<sequence> batch{dcp::make_sequence(4, 500), dcp::make_sequence(2, 1000), dcp::make_sequence(1, 2000),
+                                    dcp::make_sequence(3, 1000)};
+  const dcp::plan plan = p.plan(cost, std::span<const sequence>(batch));
+  ASSERT_TRUE(dcp::plan_violations(plan, batch, cost).empty());
+  std::map<std::int64_t, dcp::rank_block> where;
+  std::map<std::int64_t, double> start;
+  for (const auto& st : plan.steps)
+    for (const auto& q : st.sequences) where[q.id] = st.ranks, start[q.id] = st.start_s;
+  EXPECT_EQ(where.at(1), (dcp::rank_block{0, 2}));
+  EXPECT_EQ(where.at(2), (dcp::rank_block{2, 1}));
+  EXPECT_EQ(where.at(3), (dcp::rank_block{3, 1}));
+  EXPECT_EQ(where.at(4), (dcp::rank_block{0, 4}));
+  ASSERT_EQ(plan.steps.size(), 4u);
+  EXPECT_EQ(start.at(1), 0.0);
+  EXPECT_EQ(start.at(2), 0.0);
+  EXPECT_EQ(start.at(4), std::max({plan.steps[0].end_s(), plan.steps[1].end_s(), plan.steps[2].end_s()}));
+  // With 1500 tokens per rank D fits beside B (THD packing, 1500 tokens): one micro-batch.
+  p.max_tokens_per_rank = 1500;
+  const dcp::plan wider = p.plan(cost, std::span<const sequence>(batch));
+  ASSERT_EQ(wider.steps.size(), 3u);
+  for (const auto& st : wider.steps) {
+    EXPECT_EQ(st.start_s, 0.0);
+    if (st.sequences.size() == 2) {
+      EXPECT_EQ(st.ranks, (dcp::rank_block{2, 1}));
+    }
+  }
+  // min_cp_size lifts every CP size.
+  p.min_cp_size = 2;
+  for (const auto& st : p.plan(cost, std::span<const sequence>(batch)).steps) EXPECT_GE(st.sp(), 2);
+}
+
+TEST(Baselines, DynamicCpPaddingSteersTheScheduleOnly) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 2);
+  dcp::dynamic_cp_planner p;
+  p.max_tokens_per_rank = 998;
+  EXPECT_EQ(p.scheduled_tokens(997, 2), 997);
+  const std::vector<sequence> batch{dcp::make_sequence(1, 997), dcp::make_sequence(2, 997)};
+  auto sp_of = [&](const dcp::plan& plan, std::int64_t id) {
+    for (const auto& st : plan.steps)
+      for (const auto& q : st.sequences)
+        if (q.id == id) return st.sp();
+    return 0;
+  };
+  const dcp::plan plain = p.plan(cost, std::span<const sequence>(batch));  // one GPU each
+  p.pad_sequences = true;  // 997 -> 1000 (a multiple of 2 x 2 GPUs), over the limit: CP 2 each
+  EXPECT_EQ(p.scheduled_tokens(997, 2), 1000);
+  EXPECT_EQ(p.scheduled_tokens(1, 2), 4);
+  EXPECT_EQ(p.scheduled_tokens(8, 2), 8);
+  const dcp::plan padded = p.plan(cost, std::span<const sequence>(batch));
+  EXPECT_TRUE(dcp::plan_violations(padded, batch, cost).empty());
+  for (std::int64_t id : {1, 2}) {
+    EXPECT_EQ(sp_of(plain, id), 1);
+    EXPECT_EQ(sp_of(padded, id), 2) << "the padded length needs twice the CP size";
+  }
+  EXPECT_EQ(plain.steps.size(), 2u);
+  EXPECT_EQ(padded.steps.size(), 2u);  // two micro-batches: 500 + 500 padded tokens per rank pass 998
+  for (const auto& st : padded.steps)  // the plan still carries (and is priced on) the real tokens
+    for (const auto& q : st.sequences) EXPECT_EQ(q.tokens, 997);
+  EXPECT_FALSE(dcp::dynamic_cp_planner{}.pad_sequences) << "padding is off by default";
+}
+
+TEST(Baselines, DynamicCpTuningIsDeterministicAndOrderIndependent) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 16);
+  auto data = dcp::workloads::make("cogvideox-zipf10", 5);
+  data.resize(2500);
+  const auto tuned = dcp::dynamic_cp_planner{}.tune(cost, data);
+  EXPECT_EQ(tuned, dcp::dynamic_cp_planner{}.tune(cost, data));
+  auto shuffled = data;
+  dcp::xoshiro256ss g(9);
+  dcp::fisher_yates(std::span<sequence>(shuffled), g);
+  EXPECT_EQ(tuned.max_tokens_per_rank, dcp::dynamic_cp_planner{}.tune(cost, shuffled).max_tokens_per_rank);
+  const auto candidates = dcp::dynamic_cp_planner::limit_candidates(cost);
+  ASSERT_EQ(candidates.size(), dcp::fill_candidates.size());
+  EXPECT_NE(std::find(candidates.begin(), candidates.end(), tuned.max_tokens_per_rank), candidates.end());
+  // The chosen limit is the fastest candidate over the tuning epoch.
+  const auto batches = dcp::tuning_batches(cost, std::span<const sequence>(data), 0, 0);
+  auto epoch_seconds = [&](const dcp::dynamic_cp_planner& p) {
+    double t = 0;
+    for (const auto& b : batches) t += p.plan(cost, std::span<const sequence>(b)).makespan_s;
+    return t;
+  };
+  const double best = epoch_seconds(tuned);
+  for (auto limit : candidates) {
+    auto p = tuned;
+    p.max_tokens_per_rank = limit;
+    EXPECT_LE(best, epoch_seconds(p) * (1 + 1e-12)) << "limit " << limit << " is faster";
+  }
+  EXPECT_NE(tuned.tuned_setting(cost).find(std::to_string(tuned.max_tokens_per_rank)), std::string::npos);
+}
+
+TEST(Baselines, DynamicCpRejectsBadKnobs) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32);  // 48 heads: CP <= 16
+  const std::vector<sequence> batch{dcp::make_sequence(1, 4096), dcp::make_sequence(2, 300'000)};
+  const auto x_max = static_cast<std::int64_t>(cost.max_tokens_per_gpu());
+  auto expect_error = [&](const dcp::dynamic_cp_planner& p, dcp::errc code, const std::string& names) {
+    try {
+      (void)p.plan(cost, std::span<const sequence>(batch));
+      ADD_FAILURE() << p << " was accepted";
+    } catch (const dcp::error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    }
+  };
+  dcp::dynamic_cp_planner p;
+  p.max_tokens_per_rank = -5;
+  expect_error(p, dcp::errc::invalid_argument, "max_tokens_per_rank = -5");
+  p.max_tokens_per_rank = x_max + 1;
+  expect_error(p, dcp::errc::invalid_argument, std::to_string(x_max));
+  p.max_tokens_per_rank = 0;
+  for (int bad : {0, 3, 32, -2}) {
+    p.min_cp_size = bad;
+    expect_error(p, dcp::errc::invalid_argument, "min_cp_size = " + std::to_string(bad));
+  }
+  // A limit under which a sequence needs a CP group wider than any legal one: an error naming
+  // it, or skipped.
+  p.min_cp_size = 1;
+  p.max_tokens_per_rank = 10'000;
+  expect_error(p, dcp::errc::infeasible, "sequence 2 of 300226 tokens needs CP size 32");
+  p.on_infeasible = dcp::infeasible_policy::skip;
+  const auto plan = p.plan(cost, std::span<const sequence>(batch));
+  ASSERT_EQ(plan.skipped.size(), 1u);
+  EXPECT_EQ(plan.skipped.front().id, 2);
+  EXPECT_TRUE(dcp::plan_violations(plan, batch, cost).empty());
 }
 
 TEST(Baselines, LossWeightsFollowTheNormalisation) {
@@ -217,8 +378,9 @@ TEST(Baselines, TuningRespectsTheLongestSequence) {
   EXPECT_GE(bucket.sp, 8);
   EXPECT_GE(packed.sp, 8);
   EXPECT_EQ(bucket.keys, dcp::bucket_keys::tokens);  // 1D text: geometric token buckets
-  EXPECT_EQ(dcp::dynamic_cp_planner::sp_of(cost, data.back()), 8);
-  EXPECT_EQ(dcp::dynamic_cp_planner::sp_of(cost, data.front()), 1);
+  const auto dynamic = dcp::dynamic_cp_planner{}.tune(cost, data);  // 1M tokens: a CP group of 8 at least
+  EXPECT_GE(dynamic.cp_size_of(1'000'000, dynamic.max_tokens_per_rank), 8);
+  EXPECT_LE(dynamic.cp_size_of(1'000'000, dynamic.max_tokens_per_rank), 32);
   // A planner whose sp cannot hold the long sequence (tuned on data without it): a clear
   // error, or skipped.
   dcp::packed_planner small;
@@ -331,6 +493,10 @@ TEST(Baselines, PlannersArePrintableRegularValues) {
   std::ostringstream os;
   os << b << dcp::packed_planner{} << dcp::dynamic_cp_planner{};
   EXPECT_NE(os.str().find("bucket_planner{sp=4"), std::string::npos);
+  EXPECT_NE(os.str().find("dynamic_cp_planner{max_tokens_per_rank=0, min_cp_size=1, pad_sequences=false"), std::string::npos);
+  dcp::dynamic_cp_planner d;
+  d.max_tokens_per_rank = 1000;
+  EXPECT_NE(d, dcp::dynamic_cp_planner{});
   EXPECT_EQ(dcp::bucket_planner{}.name(), "bucket");
   EXPECT_EQ(dcp::packed_planner{}.name(), "packed");
   EXPECT_EQ(dcp::dynamic_cp_planner{}.name(), "dynamic_cp");

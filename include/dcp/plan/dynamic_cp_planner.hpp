@@ -1,18 +1,36 @@
 #pragma once
 /// \file
-/// `dynamic_cp_planner`: Megatron-Core's dynamic (hybrid) context parallelism, the per-sequence
-/// baseline of DESIGN section 3 ("Baselines").
+/// `dynamic_cp_planner`: Megatron-Core's dynamic context parallelism (the `default_dynamic_cp`
+/// packing scheduler with `--dynamic-context-parallel`), the per-sequence baseline of DESIGN
+/// section 3 ("Baselines"), reimplemented from the algorithm's description.
 ///
-/// - sp_i = the next power of two of ceil(n_i / x_max): the smallest group that holds the
-///   sequence with every block checkpointed (x_max = `max_tokens_per_gpu(cost)`), widened to
-///   the next legal size when that one does not divide the heads.
-/// - Work estimate w_i = n_i^2 / sp_i; sequences are taken by w_i, descending, and each goes to
-///   the aligned group of its sp with the least accumulated work (the busiest member's), packed
-///   into that group's open micro-step while the step stays within x_max tokens per GPU.
-/// - Every step checkpoints all blocks. The steps are then timed on the true cost model, in the
-///   order they were opened, each starting when all its members are free (gang start).
-/// The estimate ignores fixed overheads and communication, which is what the real scheduler
-/// leaves on the table.
+/// - A per-rank token limit `max_tokens_per_rank` (Megatron's `--max-seqlen-per-dp-cp-rank`)
+///   sets each sequence's smallest CP size: the next power of two of ceil(n / limit), at least
+///   `min_cp_size` (`--min-dynamic-context-parallel-size`).
+/// - The batch, longest first, is cut into micro-batches that each span every GPU (the DPxCP
+///   domain). A micro-batch opens with the longest remaining sequence on its smallest CP group;
+///   its workload cap is that sequence's length x the limit x 1.05 (per-rank work is estimated
+///   as n^2 / cp). Every other remaining sequence, longest first, goes where the busiest rank of
+///   the micro-batch ends least loaded: packed (THD) into an existing group of some CP size
+///   >= its smallest while the group's tokens per rank stay within the limit, or on a new group
+///   of free ranks; the first such option wins ties (smaller CP, older group, packing before a new
+///   group). A sequence whose every option passes the cap waits for the next micro-batch.
+/// - Ranks left without a sequence are filled by doubling the smallest (oldest first) group until
+///   every rank has work. Megatron falls back to one group over the whole domain when doubling
+///   cannot fill it; a CP group here must be a legal Ulysses size (a power of two dividing the
+///   heads), so where that fallback would be illegal the remaining ranks sit out the micro-batch.
+/// - Micro-batches are consumed in order with no barrier between them: a group's step starts when
+///   all its members are free (the CP collectives), and the gradient sync ends the batch. Groups
+///   of a micro-batch are laid out as aligned blocks, widest first. Every step checkpoints every
+///   block; steps are priced on the true cost model.
+/// - `pad_sequences` pads every length the scheduler sees to a multiple of 2 x N (the DPxCP
+///   domain), as Megatron's THD datasets do under dynamic CP; a step is still priced on its real
+///   tokens (a plan carries no pad tokens).
+///
+/// The limit is tuned as Megatron's users tune it (`tune`): each fraction of x_max in
+/// `fill_candidates` (the memory maximum divided by 1, 2, ..., 32) is simulated on the workload
+/// and the fastest wins. An untuned planner (`max_tokens_per_rank == 0`) tunes itself on each
+/// batch it plans.
 
 #include <algorithm>
 #include <bit>
@@ -38,169 +56,293 @@
 
 namespace dcp {
 
-namespace detail {
-
-// Accumulated work of every rank, and for each level l (aligned blocks of 2^l ranks) a min tree
-// over the blocks' busiest member, so "the least loaded block of size sp" is O(log N) and adding
-// work to a block of size s costs O((s + log N) log N).
-class block_work {
- public:
-  block_work(int gpus, int levels) {
-    for (int l = 0; l < levels; ++l) {
-      const int count = gpus >> l;
-      level lv;
-      lv.count = count;
-      while (lv.leaves < static_cast<std::size_t>(std::max(count, 1))) lv.leaves *= 2;
-      lv.value.assign(static_cast<std::size_t>(count), 0.0);
-      lv.tree.assign(2 * lv.leaves, inf());
-      for (int i = 0; i < count; ++i) lv.tree[lv.leaves + static_cast<std::size_t>(i)] = 0.0;
-      for (std::size_t x = lv.leaves - 1; x >= 1; --x) lv.tree[x] = std::min(lv.tree[2 * x], lv.tree[2 * x + 1]);
-      levels_.push_back(std::move(lv));
-    }
-  }
-
-  // The block of 2^l ranks whose busiest member has the least work (lowest index on ties).
-  int least(int l) const {
-    const level& lv = levels_[static_cast<std::size_t>(l)];
-    std::size_t x = 1;
-    while (x < lv.leaves) x = lv.tree[2 * x] <= lv.tree[2 * x + 1] ? 2 * x : 2 * x + 1;
-    return static_cast<int>(x - lv.leaves);
-  }
-
-  // Adds `w` to every rank of block `i` of level `l`.
-  void add(int l, int i, double w) {
-    // Every block inside it, at every level up to l, gains w.
-    for (int m = 0; m <= l; ++m) {
-      const int span = 1 << (l - m);
-      for (int j = i * span; j < (i + 1) * span; ++j) set(m, j, levels_[static_cast<std::size_t>(m)].value[static_cast<std::size_t>(j)] + w);
-    }
-    // Enclosing blocks: their busiest member may have changed.
-    for (int m = l + 1, j = i / 2; m < static_cast<int>(levels_.size()); ++m, j /= 2) {
-      const level& below = levels_[static_cast<std::size_t>(m - 1)];
-      if (j >= levels_[static_cast<std::size_t>(m)].count) break;
-      set(m, j, std::max(below.value[static_cast<std::size_t>(2 * j)], below.value[static_cast<std::size_t>(2 * j + 1)]));
-    }
-  }
-
- private:
-  struct level {
-    int count = 0;
-    std::size_t leaves = 1;
-    std::vector<double> value;
-    std::vector<double> tree;
-  };
-  static constexpr double inf() { return std::numeric_limits<double>::infinity(); }
-
-  void set(int l, int i, double v) {
-    level& lv = levels_[static_cast<std::size_t>(l)];
-    lv.value[static_cast<std::size_t>(i)] = v;
-    std::size_t x = lv.leaves + static_cast<std::size_t>(i);
-    lv.tree[x] = v;
-    for (x /= 2; x >= 1; x /= 2) lv.tree[x] = std::min(lv.tree[2 * x], lv.tree[2 * x + 1]);
-  }
-
-  std::vector<level> levels_;
-};
-
-}  // namespace detail
-
 struct dynamic_cp_planner {
   using policy_concept = planner_tag;
 
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
+  std::int64_t max_tokens_per_rank = 0;  ///< per-rank token limit (tuned); 0 = tune on each batch
+  int min_cp_size = 1;                   ///< the smallest CP size any sequence gets
+  bool pad_sequences = false;            ///< schedule lengths padded to a multiple of 2 x N
+
+  /// Megatron's workload cap over the opening sequence's length x the limit.
+  static constexpr double workload_cap_slack = 0.05;
 
   std::string name() const { return "dynamic_cp"; }
 
-  /// sp of a sequence of `tokens` model tokens: the next power of two of ceil(tokens / x_max),
-  /// then the next legal size that holds it with all blocks checkpointed (0 when none does).
+  /// The tokens the scheduler sees for `tokens` model tokens on `gpus` GPUs.
+  std::int64_t scheduled_tokens(std::int64_t tokens, int gpus) const noexcept {
+    if (!pad_sequences) return tokens;
+    const std::int64_t m = 2 * std::int64_t{gpus};
+    return (tokens + m - 1) / m * m;
+  }
+
+  /// The smallest CP size of a sequence of `tokens` scheduled tokens under `limit`: the next power
+  /// of two of ceil(tokens / limit), at least `min_cp_size`.
+  std::int64_t cp_size_of(std::int64_t tokens, std::int64_t limit) const noexcept {
+    std::int64_t cp = 1;
+    while (cp * limit < tokens) cp *= 2;
+    return std::max<std::int64_t>(cp, min_cp_size);
+  }
+
+  /// Throws `dcp::error(errc::invalid_argument)` naming the knob unless the knobs suit `cost`.
   template <cost_model C>
-  static int sp_of(const C& cost, const sequence& s) {
+  void validate(const C& cost) const {
+    const auto x_max = static_cast<std::int64_t>(max_tokens_per_gpu(cost));
+    check(max_tokens_per_rank >= 0 && max_tokens_per_rank <= x_max, errc::invalid_argument, [&] {
+      return "dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) + " must be in [1, " +
+             std::to_string(x_max) + "] (the tokens per GPU that fit with every block checkpointed), or 0 to tune";
+    });
+    check(legal_sp(cost, min_cp_size), errc::invalid_argument, [&] {
+      return "dynamic_cp min_cp_size = " + std::to_string(min_cp_size) + " is not a legal CP size on " +
+             std::to_string(cost.gpus()) + " GPUs with " + std::to_string(cost.heads()) +
+             " heads; use a power of two <= " + std::to_string(widest(cost)) + " (1 = no minimum)";
+    });
+  }
+
+  /// The candidate limits a user tries: x_max times each of `fill_candidates` (x_max / 1 .. / 32).
+  template <cost_model C>
+  static std::vector<std::int64_t> limit_candidates(const C& cost) {
     const double x_max = max_tokens_per_gpu(cost);
-    const double need = std::ceil(static_cast<double>(cost.tokens_of(s)) / x_max);
-    int sp = need <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<std::uint64_t>(need)));
-    for (; sp > 0 && sp <= cost.gpus(); sp *= 2)
-      if (legal_sp(cost, sp) && fits_checkpointed(cost, s, sp)) return sp;
-    return 0;
+    std::vector<std::int64_t> out;
+    for (double f : fill_candidates) out.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(x_max * f)));
+    return out;
+  }
+
+  /// Returns a copy with `max_tokens_per_rank` tuned on the whole dataset `data`: every candidate
+  /// of `limit_candidates` under which every sequence gets a legal CP size is simulated on the
+  /// id-ordered epoch of global batches of `budget` tokens (0 = the default), and the one with the
+  /// smallest summed makespan wins (ties: the larger limit). Order independent.
+  template <cost_model C>
+  dynamic_cp_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
+                          std::uint64_t sampler_seed = 0) const {
+    validate(cost);
+    std::vector<skipped_sequence> skipped;
+    const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
+    return tuned(cost, feasible, tuning_batches(cost, data, budget, sampler_seed));
+  }
+
+  /// "max 36,621 tokens per rank (x_max / 8)": the tuned setting, for reports.
+  template <cost_model C>
+  std::string tuned_setting(const C& cost) const {
+    const double ratio = max_tokens_per_gpu(cost) / static_cast<double>(std::max<std::int64_t>(1, max_tokens_per_rank));
+    std::string out = "max " + std::to_string(max_tokens_per_rank) + " tokens per rank (x_max / " +
+                      std::to_string(static_cast<long long>(std::llround(ratio))) + ")";
+    if (min_cp_size > 1) out += ", min cp " + std::to_string(min_cp_size);
+    if (pad_sequences) out += ", padded to 2N";
+    return out;
   }
 
   /// Plans one global batch (all blocks checkpointed; the recompute policy is not used).
   template <cost_model C, class Recompute = full_recompute>
     requires recompute_policy<Recompute>
   dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
+    validate(cost);
     std::vector<skipped_sequence> skipped;
-    std::vector<sequence> all = feasible_sequences(cost, batch, on_infeasible, skipped), seqs;
-    struct item {
-      sequence seq;
-      int sp;
-      std::int64_t tokens;
-      double work;
-    };
-    std::vector<item> items;
-    items.reserve(all.size());
-    int widest = 1;
-    for (const auto& s : all) {
-      const int sp = sp_of(cost, s);
-      if (sp == 0) {  // fits some legal sp, but not with the power-of-two rule (cannot happen with
-                      // the analytic model); reported like any infeasible sequence
-        if (on_infeasible == infeasible_policy::skip) {
-          skipped.push_back({s.id, cost.tokens_of(s), infeasible_error(cost, s).what()});
-          continue;
-        }
-        throw infeasible_error(cost, s);
+    if (max_tokens_per_rank == 0) {
+      const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
+      if (feasible.empty()) {
+        plan_builder<C> builder(cost, name());
+        builder.skip(std::move(skipped));
+        return std::move(builder).finish(feasible, loss);
       }
-      const double n = static_cast<double>(cost.tokens_of(s));
-      items.push_back({s, sp, cost.tokens_of(s), n * n / sp});
-      seqs.push_back(s);
-      widest = std::max(widest, sp);
+      return tune(cost, batch).plan(cost, batch);  // self-tuning is tuning on the batch
     }
-    std::sort(items.begin(), items.end(), [](const item& a, const item& b) {
-      return a.work != b.work ? a.work > b.work : a.seq.id < b.seq.id;
-    });
-
-    const int L = cost.blocks();
-    const double x_max = max_tokens_per_gpu(cost);
-    detail::block_work work(cost.gpus(), std::countr_zero(static_cast<unsigned>(widest)) + 1);
-    struct open_step {
-      rank_block ranks;
-      std::vector<sequence> seqs;
-      typename C::load_type load{};
-      std::int64_t tokens = 0;
-    };
-    std::vector<open_step> steps;
-    // The open micro-step of every block: index into `steps` per (level, block), or -1.
-    std::vector<std::vector<std::ptrdiff_t>> open(static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(widest)) + 1));
-    for (std::size_t l = 0; l < open.size(); ++l) open[l].assign(static_cast<std::size_t>(cost.gpus() >> l), -1);
-
-    for (const auto& it : items) {
-      const int l = std::countr_zero(static_cast<unsigned>(it.sp));
-      const int b = work.least(l);
-      work.add(l, b, it.work);
-      auto& slot = open[static_cast<std::size_t>(l)][static_cast<std::size_t>(b)];
-      const auto load = cost.load_of(it.seq);
-      if (slot >= 0) {
-        open_step& st = steps[static_cast<std::size_t>(slot)];
-        const auto next = st.load + load;
-        if (static_cast<double>(st.tokens + it.tokens) / it.sp <= x_max && cost.memory(next, it.sp, L) <= cost.capacity()) {
-          st.seqs.push_back(it.seq);
-          st.load = next;
-          st.tokens += it.tokens;
-          continue;
-        }
+    std::vector<sequence> seqs;
+    for (const auto& s : feasible_sequences(cost, batch, on_infeasible, skipped)) {
+      if (holds(cost, s)) {
+        seqs.push_back(s);
+        continue;
       }
-      slot = static_cast<std::ptrdiff_t>(steps.size());
-      steps.push_back({rank_block{b * it.sp, it.sp}, {it.seq}, load, it.tokens});
+      const std::string why = "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) +
+                              " tokens needs CP size " +
+                              std::to_string(cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank)) +
+                              " under dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) +
+                              ", over the widest legal group " + std::to_string(widest(cost)) +
+                              "; raise max_tokens_per_rank, or 0 to tune";
+      if (on_infeasible == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
+      else throw error(errc::infeasible, why);
     }
-
     plan_builder<C> builder(cost, name());
-    for (const auto& st : steps) builder.place(builder.make_step(st.seqs, st.ranks, L));
     builder.skip(std::move(skipped));
+    if (!seqs.empty()) place(builder, cost, seqs);
     return std::move(builder).finish(seqs, loss);
   }
 
   friend bool operator==(const dynamic_cp_planner&, const dynamic_cp_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const dynamic_cp_planner& p) {
-    return os << "dynamic_cp_planner{loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
+    return os << "dynamic_cp_planner{max_tokens_per_rank=" << p.max_tokens_per_rank << ", min_cp_size=" << p.min_cp_size
+              << ", pad_sequences=" << (p.pad_sequences ? "true" : "false") << ", loss=" << p.loss
+              << ", on_infeasible=" << p.on_infeasible << "}";
+  }
+
+ private:
+  // One CP group of a micro-batch: its size, the estimated work and tokens of each member, and
+  // its sequences (indices into the sorted batch).
+  template <class Load>
+  struct cp_group_of {
+    std::int64_t size = 1;
+    double work = 0;
+    double tokens_per_rank = 0;
+    std::vector<std::size_t> members;
+    Load load{};
+  };
+
+  template <cost_model C>
+  static std::int64_t widest(const C& cost) {
+    const auto sps = legal_sp_sizes(cost);
+    return sps.empty() ? 1 : sps.back();
+  }
+
+  // True when `s` gets a legal CP size under the current limit.
+  template <cost_model C>
+  bool holds(const C& cost, const sequence& s) const {
+    return cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank) <= widest(cost);
+  }
+
+  template <cost_model C>
+  dynamic_cp_planner tuned(const C& cost, std::span<const sequence> feasible,
+                           const std::vector<std::vector<sequence>>& batches) const {
+    dynamic_cp_planner best = *this;
+    double best_seconds = std::numeric_limits<double>::infinity();
+    for (std::int64_t limit : limit_candidates(cost)) {
+      dynamic_cp_planner p = *this;
+      p.max_tokens_per_rank = limit;
+      if (!std::all_of(feasible.begin(), feasible.end(), [&](const sequence& s) { return p.holds(cost, s); })) continue;
+      double seconds = 0;
+      for (const auto& b : batches) seconds += p.plan(cost, std::span<const sequence>(b)).makespan_s;
+      if (seconds < best_seconds) best_seconds = seconds, best = p;
+    }
+    check(best.max_tokens_per_rank > 0, errc::infeasible, [&] {
+      return "no dynamic_cp per-rank token limit gives every sequence a legal CP size on " + std::to_string(cost.gpus()) +
+             " GPUs; use more GPUs or memory";
+    });
+    return best;
+  }
+
+  // Cuts `seqs` into micro-batches (the packing-aware group search) and places their steps in
+  // order, each group's step as soon as all its members are free.
+  template <cost_model C>
+  void place(plan_builder<C>& builder, const C& cost, std::span<const sequence> seqs) const {
+    using cp_group = cp_group_of<typename C::load_type>;
+    const int L = cost.blocks();
+    std::vector<std::int64_t> len(seqs.size());
+    std::vector<typename C::load_type> load(seqs.size());
+    std::vector<std::size_t> remaining(seqs.size());
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      len[i] = scheduled_tokens(cost.tokens_of(seqs[i]), cost.gpus());
+      load[i] = cost.load_of(seqs[i]);
+      remaining[i] = i;
+    }
+    // Longest first; ids break ties so the plan does not depend on the batch's order.
+    std::sort(remaining.begin(), remaining.end(), [&](std::size_t a, std::size_t b) {
+      return len[a] != len[b] ? len[a] > len[b] : seqs[a].id < seqs[b].id;
+    });
+    std::vector<sequence> members;
+    while (!remaining.empty()) {
+      std::vector<cp_group> groups = micro_batch(cost, len, load, remaining);
+      std::stable_sort(groups.begin(), groups.end(), [](const cp_group& a, const cp_group& b) { return a.size > b.size; });
+      int first = 0;  // widest first: consecutive power-of-two blocks, each aligned
+      for (const auto& g : groups) {
+        members.clear();
+        for (std::size_t i : g.members) members.push_back(seqs[i]);
+        const rank_block ranks{first, static_cast<int>(g.size)};
+        builder.place(builder.make_step(members, ranks, L));
+        first += static_cast<int>(g.size);
+      }
+    }
+  }
+
+  // One micro-batch over the whole domain from `remaining` (sorted longest first); what does not
+  // fit stays in `remaining`, in order.
+  template <cost_model C>
+  std::vector<cp_group_of<typename C::load_type>> micro_batch(const C& cost, const std::vector<std::int64_t>& len,
+                                    const std::vector<typename C::load_type>& load,
+                                    std::vector<std::size_t>& remaining) const {
+    using cp_group = cp_group_of<typename C::load_type>;
+    const int L = cost.blocks();
+    const std::int64_t gpus = cost.gpus(), top = widest(cost);
+    const auto limit = static_cast<double>(max_tokens_per_rank);
+    auto fits = [&](const typename C::load_type& l, std::int64_t cp) {
+      return cost.memory(l, static_cast<int>(cp), L) <= cost.capacity();
+    };
+    std::vector<cp_group> groups;
+    // Groups of each CP size (by log2), oldest first.
+    std::vector<std::vector<std::size_t>> of_size(static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(top))) + 1);
+    auto open = [&](std::size_t i, std::int64_t cp) {
+      const auto n = static_cast<double>(len[i]);
+      of_size[static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(cp)))].push_back(groups.size());
+      groups.push_back({cp, n * n / static_cast<double>(cp), n / static_cast<double>(cp), {i}, load[i]});
+    };
+
+    // The longest remaining sequence opens the micro-batch and sets its workload cap.
+    const std::size_t head = remaining.front();
+    std::int64_t cp0 = cp_size_of(len[head], max_tokens_per_rank);
+    while (cp0 < top && !fits(load[head], cp0)) cp0 *= 2;  // only for cost models whose memory is not per token
+    open(head, cp0);
+    std::int64_t used = cp0;
+    double busiest = groups.front().work;
+    const double tall = static_cast<double>(len[head]);
+    const double cap = tall * limit * (1 + workload_cap_slack);
+
+    std::vector<std::size_t> leftovers;
+    std::int64_t failed = -1;  // a length that just found no room: equal lengths find none either
+    for (std::size_t k = 1; k < remaining.size(); ++k) {
+      const std::size_t i = remaining[k];
+      if (len[i] == failed) {
+        leftovers.push_back(i);
+        continue;
+      }
+      const auto n = static_cast<double>(len[i]);
+      double best = std::numeric_limits<double>::infinity();
+      std::size_t best_group = groups.size();
+      std::int64_t best_cp = 0;
+      for (std::int64_t cp = cp_size_of(len[i], max_tokens_per_rank); cp <= top; cp *= 2) {
+        const double share = n * n / static_cast<double>(cp);
+        for (std::size_t g : of_size[static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(cp)))]) {
+          const cp_group& grp = groups[g];
+          if (grp.tokens_per_rank + n / static_cast<double>(cp) > limit) continue;
+          const double projected = std::max(busiest, grp.work + share);
+          if (projected <= cap && projected < best && fits(grp.load + load[i], cp))
+            best = projected, best_group = g, best_cp = cp;
+        }
+        if (gpus - used >= cp) {
+          const double projected = std::max(busiest, share);
+          if (projected <= cap && projected < best && fits(load[i], cp))
+            best = projected, best_group = groups.size(), best_cp = cp;
+        }
+      }
+      if (best_cp == 0) {
+        leftovers.push_back(i);
+        failed = len[i];
+        continue;
+      }
+      if (best_group < groups.size()) {
+        cp_group& grp = groups[best_group];
+        grp.work += n * n / static_cast<double>(best_cp);
+        grp.tokens_per_rank += n / static_cast<double>(best_cp);
+        grp.members.push_back(i);
+        grp.load = grp.load + load[i];
+        busiest = std::max(busiest, grp.work);
+      } else {
+        open(i, best_cp);
+        used += best_cp;
+        busiest = std::max(busiest, groups.back().work);
+      }
+    }
+
+    // Every rank gets work: double the smallest group (the oldest of them) while one fits.
+    while (used < gpus) {
+      std::size_t smallest = 0;
+      for (std::size_t g = 1; g < groups.size(); ++g)
+        if (groups[g].size < groups[smallest].size) smallest = g;
+      const std::int64_t m = groups[smallest].size;
+      if (2 * m > top || used + m > gpus) break;  // Megatron's whole-domain group would be illegal
+      groups[smallest].size = 2 * m;
+      used += m;
+    }
+    remaining = std::move(leftovers);
+    return groups;
   }
 };
 
