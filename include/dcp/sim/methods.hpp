@@ -2,8 +2,8 @@
 /// \file
 /// The methods a comparison runs, by name: `dcp`, `dcp-no-inter`, `dcp-no-intra` (and
 /// `dcp-no-inter-no-intra`), `bucket`, `packed`, `dynamic_cp`. `with_method` builds the planner a
-/// name stands for, tunes it on the dataset when the method is a tuned static system (bucket,
-/// packed), and hands it to a callable; `run_method` simulates it.
+/// name stands for, tunes it on the dataset when the method is a tuned system (bucket, packed,
+/// dynamic_cp), and hands it to a callable; `run_method` simulates it.
 
 #include <algorithm>
 #include <array>
@@ -52,7 +52,7 @@ struct method_settings {
 };
 
 /// Calls `f(planner, tune_seconds)` with the planner `name` stands for, tuned on `data` (the
-/// whole dataset) when it is a static method. Returns what `f` returns.
+/// whole dataset) when it is a tuned method (bucket, packed, dynamic_cp). Returns what `f` returns.
 template <cost_model C, class F>
 decltype(auto) with_method(std::string_view name, const C& cost, std::span<const sequence> data,
                            const method_settings& s, F&& f) {
@@ -65,11 +65,17 @@ decltype(auto) with_method(std::string_view name, const C& cost, std::span<const
     p.on_infeasible = s.on_infeasible;
     return f(p, 0.0);
   }
-  if (name == "dynamic_cp") return f(dynamic_cp_planner{s.loss, s.on_infeasible}, 0.0);
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   if (name == "packed") {
     packed_planner p;
+    p.loss = s.loss;
+    p.on_infeasible = s.on_infeasible;
+    p = p.tune(cost, data, s.global_batch_tokens, s.seed);
+    return f(p, seconds());
+  }
+  if (name == "dynamic_cp") {  // its per-rank token limit, tuned as its users tune it
+    dynamic_cp_planner p;
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
     p = p.tune(cost, data, s.global_batch_tokens, s.seed);
@@ -92,6 +98,7 @@ run_result run_method(std::string_view name, const C& cost, std::span<const sequ
     run_result r = simulate(cost, planner, batches, opt);
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;
+    if constexpr (requires { planner.tuned_setting(cost); }) r.metrics.tuned = planner.tuned_setting(cost);
     return r;
   });
 }

@@ -63,7 +63,8 @@ struct run_metrics {
   double peak_memory_bytes = 0; ///< the largest step memory of the run
   double plan_seconds = 0;      ///< mean wall-clock seconds to plan one batch
   double plan_seconds_max = 0;  ///< the slowest batch to plan
-  double tune_seconds = 0;      ///< wall-clock seconds spent tuning before the run (bucket, packed)
+  double tune_seconds = 0;      ///< wall-clock seconds spent tuning before the run (bucket, packed, dynamic_cp)
+  std::string tuned;            ///< the setting tuning chose, for the report ("" = nothing to show)
   std::vector<double> busy_s;   ///< per GPU: seconds in steps over the run
   std::vector<double> idle_s;   ///< per GPU: makespan_s - busy_s
 

@@ -62,7 +62,7 @@ inline std::string seconds_text(double s) {
 }
 }  // namespace detail
 
-/// One line describing what ran, then the table, one row per method.
+/// One line describing what ran, then the table, one row per method, then what tuning chose.
 inline void print_table(std::ostream& os, const comparison_header& h, std::span<const run_metrics> rows) {
   os << h.workload << ": " << h.sequences << " sequences, " << detail::format("%.1f", static_cast<double>(h.tokens) / 1e6)
      << "M tokens in " << h.batches << " global batches; " << h.model << " on " << h.gpus << " x " << h.device << " ("
@@ -82,6 +82,8 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
        << detail::pad(detail::seconds_text(r.plan_seconds), 11)
        << (any_skipped ? detail::pad(std::to_string(r.skipped), 9) : "") << "\n";
   }
+  for (const auto& r : rows)
+    if (!r.tuned.empty()) os << "  " << r.method << " tuned on the workload: " << r.tuned << "\n";
 }
 
 /// The table as one JSON object: {"workload", "model", "device", "gpus", "sequences", "tokens",
