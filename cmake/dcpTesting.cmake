@@ -8,7 +8,8 @@
 #                [TIMEOUT <seconds>]        # per test; default 120
 #                [NO_MAIN])                 # link GTest::gtest instead of GTest::gtest_main
 #
-# The executable links dcp::dcp, GoogleTest and the private warning flags (dcp_warnings).
+# The executable links dcp::dcp, GoogleTest, the shared test helpers (dcp_test_support) and the
+# private warning flags (dcp_warnings).
 # Without MPI_RANKS every TEST() becomes its own ctest, named <target>.<Suite>.<Test>, discovered
 # when ctest runs (DISCOVERY_MODE PRE_TEST, so building never runs test binaries). With
 # MPI_RANKS the executable is one ctest under mpiexec, labelled `mpi`; when dcp::mpi is not
@@ -23,6 +24,14 @@ if(MPIEXEC_EXECUTABLE)
   if(_dcp_mpiexec_version MATCHES "Open MPI|OpenRTE")
     list(APPEND DCP_MPIEXEC_PREFLAGS --oversubscribe)
   endif()
+endif()
+
+# Helpers every test area shares (tests/support/dcp_test/support.hpp): the seeded rng and
+# EXPECT_DCP_ERROR. Header-only; dcp_add_test links it.
+if(NOT TARGET dcp_test_support)
+  add_library(dcp_test_support INTERFACE)
+  target_include_directories(dcp_test_support INTERFACE "${CMAKE_CURRENT_LIST_DIR}/../tests/support")
+  target_link_libraries(dcp_test_support INTERFACE dcp::dcp)
 endif()
 
 function(dcp_add_test)
@@ -47,7 +56,7 @@ function(dcp_add_test)
   else()
     set(_gtest GTest::gtest_main)
   endif()
-  target_link_libraries(${arg_NAME} PRIVATE dcp::dcp ${_gtest} dcp_warnings ${arg_LIBRARIES})
+  target_link_libraries(${arg_NAME} PRIVATE dcp::dcp ${_gtest} dcp_test_support dcp_warnings ${arg_LIBRARIES})
   if(arg_MPI_RANKS)
     target_link_libraries(${arg_NAME} PRIVATE dcp::mpi)
   endif()

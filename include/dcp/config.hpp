@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Version and feature macros. Feature macros are function-like so that a typo
-/// (`DCP_HAS_NCLL()`) is a hard error under `-Wundef` instead of a silent 0.
+/// Version and feature macros. The version is defined here only: CMake reads it for
+/// project(VERSION) and the installed package version. Feature macros are function-like so
+/// that a typo (`DCP_HAS_NCLL()`) is a hard error under `-Wundef` instead of a silent 0.
 
 #define DCP_VERSION_MAJOR 0
 #define DCP_VERSION_MINOR 1

@@ -1,4 +1,5 @@
 // Bad input on local_comm: a clear dcp::error on every rank, within the timeout, never a hang.
+#include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -23,14 +24,9 @@ void expect_error_on_every_rank(int n, dcp::errc code, const std::string& part, 
   dcp::local_world::run(
       n,
       [&](dcp::local_comm& c) {
-        try {
-          fn(c);
-          ADD_FAILURE() << "rank " << c.rank() << " did not throw";
-        } catch (const dcp::error& e) {
-          ++thrown;
-          EXPECT_EQ(e.code(), dcp::make_error_code(code)) << e.what();
-          EXPECT_TRUE(contains(e.what(), part)) << e.what();
-        }
+        const auto r = dcp_test::throws_dcp_error("fn(c)", [&] { fn(c); }, code, {part});
+        if (r) ++thrown;
+        else ADD_FAILURE() << "rank " << c.rank() << ": " << r.message();
         // The communicator stays usable after a rejected call.
         c.barrier();
       },
@@ -154,12 +150,7 @@ TEST(LocalErrors, AbortWakesWaitingPeersAtOnce) {
           c.abort();
           return;
         }
-        try {
-          c.barrier();
-          ADD_FAILURE() << "barrier returned";
-        } catch (const dcp::error& e) {
-          EXPECT_EQ(e.code(), dcp::make_error_code(dcp::errc::aborted)) << e.what();
-        }
+        EXPECT_DCP_ERROR(c.barrier(), dcp::errc::aborted);
       },
       {.timeout = 30s});
   EXPECT_LT(clock_type::now() - t0, 5s) << "an abort must not wait for the timeout";
@@ -224,12 +215,8 @@ TEST(LocalErrors, RecvTimesOutNamingPeerAndChecksSize) {
           return;
         }
         int y[2];
-        try {
-          c.recv(std::span<int>(y), 0, 5);
-          ADD_FAILURE();
-        } catch (const dcp::error& e) {
-          EXPECT_TRUE(contains(e.what(), "expects 8 bytes from rank 0 (tag 5) but the message has 12")) << e.what();
-        }
+        EXPECT_DCP_ERROR(c.recv(std::span<int>(y), 0, 5), dcp::errc::invalid_argument,
+                         "expects 8 bytes from rank 0 (tag 5) but the message has 12");
         c.barrier();
       },
       {.timeout = 10s});
@@ -239,13 +226,7 @@ TEST(LocalErrors, RecvTimesOutNamingPeerAndChecksSize) {
         if (c.rank() == 0) return;
         int y = 0;
         const auto t0 = clock_type::now();
-        try {
-          c.recv(std::span<int>(&y, 1), 0, 9);
-          ADD_FAILURE();
-        } catch (const dcp::error& e) {
-          EXPECT_EQ(e.code(), dcp::make_error_code(dcp::errc::timeout));
-          EXPECT_TRUE(contains(e.what(), "waiting for rank 0 (tag 9)")) << e.what();
-        }
+        EXPECT_DCP_ERROR(c.recv(std::span<int>(&y, 1), 0, 9), dcp::errc::timeout, "waiting for rank 0 (tag 9)");
         EXPECT_LT(clock_type::now() - t0, 3s);
         EXPECT_TRUE(c.aborted());
       },

@@ -1,4 +1,5 @@
 // mpi_comm under mpirun -np 4 (every test is collective: all ranks run all tests in order).
+#include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,8 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 dcp::mpi_comm world() { return dcp::mpi_comm::world(10s); }
 
@@ -104,13 +103,7 @@ TEST(MpiComm, GroupCacheMembership) {
 // Every rank throws dcp::error with `code` and `part` in its message.
 template <class Fn>
 void expect_error(dcp::errc code, const std::string& part, Fn fn) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception";
-  } catch (const dcp::error& e) {
-    EXPECT_EQ(e.code(), dcp::make_error_code(code)) << e.what();
-    EXPECT_TRUE(contains(e.what(), part)) << e.what();
-  }
+  EXPECT_TRUE(dcp_test::throws_dcp_error("fn()", fn, code, {part}));
 }
 
 TEST(MpiErrors, MismatchedSizesOnOneRankFailEveryRank) {

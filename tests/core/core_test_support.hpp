@@ -1,6 +1,8 @@
 #pragma once
-// Helpers shared by the core tests: a seeded generator with portable draws, relative
-// comparisons, and random cost models / loads over the shipped presets.
+// Helpers shared by the core tests: relative comparisons and random cost models / loads over
+// the shipped presets (the seeded rng and error checks come from the shared test support).
+
+#include <dcp_test/support.hpp>
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/device.hpp>
@@ -13,47 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
 namespace dcp_test {
-
-/// The message of the `dcp::error` that `f` throws (a marker when it throws none).
-inline std::string message_of(auto&& f) {
-  try {
-    f();
-  } catch (const dcp::error& e) {
-    return e.what();
-  }
-  return "<no dcp::error thrown>";
-}
-
-/// Seeded draws that do not depend on the standard library's distributions (those differ
-/// between implementations; mt19937_64's raw output does not).
-class rng {
- public:
-  explicit rng(std::uint64_t seed) : g_(seed) {}
-  std::uint64_t operator()() { return g_(); }
-  /// Uniform integer in [lo, hi].
-  std::int64_t between(std::int64_t lo, std::int64_t hi) {
-    return lo + static_cast<std::int64_t>(g_() % static_cast<std::uint64_t>(hi - lo + 1));
-  }
-  /// Uniform double in [0, 1).
-  double unit() { return static_cast<double>(g_() >> 11) * 0x1.0p-53; }
-  /// Log-uniform integer in [lo, hi]: lengths spread evenly over orders of magnitude.
-  std::int64_t log_between(std::int64_t lo, std::int64_t hi) {
-    const double a = std::log(static_cast<double>(lo)), b = std::log(static_cast<double>(hi) + 1);
-    return std::clamp(static_cast<std::int64_t>(std::exp(a + (b - a) * unit())), lo, hi);
-  }
-  template <class T>
-  const T& pick(const std::vector<T>& v) {
-    return v[static_cast<std::size_t>(between(0, static_cast<std::int64_t>(v.size()) - 1))];
-  }
-
- private:
-  std::mt19937_64 g_;
-};
 
 /// |actual - expected| <= tol * |expected| (an absolute tol when expected is 0).
 inline ::testing::AssertionResult rel_near(const char* a_expr, const char* e_expr, double actual, double expected,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
 #include <dcp/cuda.cuh>
@@ -54,15 +55,9 @@ __global__ void spin(long long cycles) {
 }
 
 TEST(CudaRuntime, CheckNamesTheCallAndTheCudaError) {
-  try {
-    dcp::cuda_check(cudaErrorInvalidValue, "cudaMemcpy", "copy of the packed batch");
-    FAIL() << "no error";
-  } catch (const dcp::error& e) {
-    EXPECT_EQ(e.code().category(), dcp::cuda_category());
-    EXPECT_EQ(e.code().value(), int(cudaErrorInvalidValue));
-    const std::string what = e.what();
-    EXPECT_NE(what.find("copy of the packed batch: cudaMemcpy failed: cudaErrorInvalidValue"), std::string::npos) << what;
-  }
+  EXPECT_DCP_ERROR(dcp::cuda_check(cudaErrorInvalidValue, "cudaMemcpy", "copy of the packed batch"),
+                   std::error_code(int(cudaErrorInvalidValue), dcp::cuda_category()),
+                   "copy of the packed batch: cudaMemcpy failed: cudaErrorInvalidValue");
   EXPECT_FALSE(dcp::cuda_try(cudaSuccess));
   EXPECT_EQ(dcp::cuda_try(cudaErrorMemoryAllocation).value(), int(cudaErrorMemoryAllocation));
 }
@@ -75,13 +70,7 @@ TEST(CudaRuntime, NoDeviceIsACountOfZeroAndAClearError) {
     return;
   }
   EXPECT_NE(dcp::cuda_no_device_reason().find("no GPU"), std::string::npos);
-  try {
-    dcp::require_cuda_device();
-    FAIL() << "no error without a device";
-  } catch (const dcp::error& e) {
-    EXPECT_EQ(e.code(), dcp::errc::unsupported);
-    EXPECT_NE(std::string(e.what()).find("no GPU"), std::string::npos) << e.what();
-  }
+  EXPECT_DCP_ERROR(dcp::require_cuda_device(), dcp::errc::unsupported, "no GPU");
 }
 
 TEST(CudaRuntime, TooLittleDeviceMemoryIsAClearError) {
@@ -90,13 +79,8 @@ TEST(CudaRuntime, TooLittleDeviceMemoryIsAClearError) {
   const auto info = dcp::cuda_memory_info();
   EXPECT_GT(info.total_bytes, 0u);
   EXPECT_NO_THROW(dcp::require_device_memory(1, "a tiny step"));
-  try {
-    dcp::require_device_memory(info.total_bytes * 2, "micro-step 3 (sp = 1, 0 checkpointed blocks)");
-    FAIL() << "no error";
-  } catch (const dcp::error& e) {
-    EXPECT_EQ(e.code(), dcp::errc::infeasible);
-    EXPECT_NE(std::string(e.what()).find("micro-step 3"), std::string::npos) << e.what();
-  }
+  EXPECT_DCP_ERROR(dcp::require_device_memory(info.total_bytes * 2, "micro-step 3 (sp = 1, 0 checkpointed blocks)"),
+                   dcp::errc::infeasible, "micro-step 3");
 }
 
 TEST(CudaMicroBatch, MatchesTheHostReferenceOnRandomShapes) {

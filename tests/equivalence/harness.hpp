@@ -1,5 +1,5 @@
 #pragma once
-// The equivalence proof of issue 6: training under dcp plans (any planner, any rank count,
+// The equivalence proof: training under dcp plans (any planner, any rank count,
 // recompute on or off) equals single-process full-batch training.
 //
 // `run_planned` trains on one rank of a world (local threads or MPI processes) through the

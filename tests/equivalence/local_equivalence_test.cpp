@@ -1,4 +1,4 @@
-// The proof of issue 6 on local ranks (threads): for R in {1, 2, 4, 8}, plans from dcp, bucket and
+// The equivalence proof on local ranks (threads): for R in {1, 2, 4, 8}, plans from dcp, bucket and
 // packed, recompute on and off, the parameters after one optimizer step and the loss after 10
 // steps equal single-process full-batch training (double: 1e-10 relative; float: 1e-5).
 #include <gtest/gtest.h>

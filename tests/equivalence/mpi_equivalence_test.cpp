@@ -1,4 +1,4 @@
-// The proof of issue 6 across MPI processes (run under mpiexec -n 4): plans from dcp, bucket and
+// The equivalence proof across MPI processes (run under mpiexec -n 4): plans from dcp, bucket and
 // packed, recompute on and off, equal single-process full-batch training (computed by every
 // rank alone) to 1e-10 relative in double and 1e-5 in float.
 #include <gtest/gtest.h>

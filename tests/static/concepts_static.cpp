@@ -1,4 +1,4 @@
-// Compile-time checks of the policy axes (issue 4, item 4): every shipped model satisfies its
+// Compile-time checks of the policy axes: every shipped model satisfies its
 // concept and no other, look-alikes without the opt-in tag (or with another axis' tag) satisfy
 // none, and the scheduler and its policy bundle accept exactly what they document. Everything
 // here is a static_assert; the executable only exists so that ctest (label `static`) shows that
