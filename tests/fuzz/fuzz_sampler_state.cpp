@@ -1,10 +1,11 @@
 // Fuzz target: loading a saved sampler state. Any input is either a state the sampler can
-// resume from (and then every sequence of the epoch still comes exactly once) or a dcp::error.
+// resume from (and then every sequence of the epoch still comes exactly once: none repeated,
+// none lost) or a dcp::error.
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
+#include <map>
 #include <sstream>
 
 #include <dcp/sample/token_budget_sampler.hpp>
@@ -22,16 +23,39 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const dcp::error&) {
     return 0;
   }
-  // A loaded state resumes at a batch boundary: the rest of its epoch holds no repeats.
-  const auto epoch = s.state().epoch;
-  std::set<std::int64_t> seen;
-  for (int guard = 0; guard < 100 && s.state().epoch == epoch; ++guard) {
-    for (const auto& q : s.next().sequences) {
-      if (!seen.insert(q.id).second) {
-        std::fprintf(stderr, "sequence %lld repeated after load\n", static_cast<long long>(q.id));
-        std::abort();
-      }
+  // A loaded state resumes at a batch boundary. The batches of its epoch before it (replayed
+  // from the epoch's start with the same seed) and the batches after it hold every sequence of
+  // the dataset exactly once. An epoch has at most one batch per sequence, hence the guards.
+  const auto loaded = s.state();
+  std::map<std::int64_t, int> count;
+  auto take = [&](dcp::token_budget_sampler& from) {
+    for (const auto& q : from.next().sequences) ++count[q.id];
+  };
+  auto replay = s;
+  replay.restore({loaded.seed, loaded.epoch, 0});
+  for (std::size_t guard = 0; guard <= d.size() && replay.state().epoch == loaded.epoch &&
+                              replay.state().position < loaded.position;
+       ++guard)
+    take(replay);
+  if (replay.state() != loaded) {
+    std::fprintf(stderr, "replaying epoch %lld from its start does not reach position %lld\n",
+                 static_cast<long long>(loaded.epoch), static_cast<long long>(loaded.position));
+    std::abort();
+  }
+  for (std::size_t guard = 0; guard <= d.size() && s.state().epoch == loaded.epoch; ++guard) take(s);
+  for (const auto& q : d) {
+    const auto it = count.find(q.id);
+    const int n = it == count.end() ? 0 : it->second;
+    if (n != 1) {
+      std::fprintf(stderr, "sequence %lld %s in epoch %lld around a load at position %lld\n",
+                   static_cast<long long>(q.id), n == 0 ? "lost" : "repeated", static_cast<long long>(loaded.epoch),
+                   static_cast<long long>(loaded.position));
+      std::abort();
     }
+  }
+  if (count.size() != d.size()) {
+    std::fprintf(stderr, "a sequence outside the dataset was sampled\n");
+    std::abort();
   }
   return 0;
 }

@@ -244,6 +244,31 @@ TEST(DcpPlanner, OneGpuAndOneSequence) {
   EXPECT_TRUE(dcp::plan_violations(p, batch, c).empty());
 }
 
+// plan_violations checks each loss weight, not only their sum: moving weight between two
+// sequences of different lengths keeps the sum at 1 and must still be reported.
+TEST(PlanViolations, EveryLossWeightFollowsTheNormalisation) {
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 9000),
+                                         dcp::make_sequence(3, 30000)};
+  for (auto norm : {dcp::loss_normalization::token_mean, dcp::loss_normalization::sample_mean}) {
+    dcp::dcp_planner planner;
+    planner.loss = norm;
+    const auto p = planner.plan(c, batch);
+    ASSERT_TRUE(dcp::plan_violations(p, batch, c).empty()) << norm;
+    std::vector<double*> w;
+    auto q = p;
+    for (auto& st : q.steps)
+      for (auto& s : st.sequences) w.push_back(&s.loss_weight);
+    ASSERT_EQ(w.size(), 3u);
+    // token_mean: swap two unequal weights; sample_mean: move a third of one weight to another.
+    if (norm == dcp::loss_normalization::token_mean) std::swap(*w[0], *w[2]);
+    else *w[0] -= 1.0 / 9, *w[1] += 1.0 / 9;
+    const auto v = dcp::plan_violations(q, batch, c);
+    ASSERT_FALSE(v.empty()) << norm << ": a sum-preserving weight error passed";
+    EXPECT_NE(v.front().find("neither normalisation"), std::string::npos) << v.front();
+  }
+}
+
 // --- infeasible sequences -------------------------------------------------------------------------------
 
 // llama3-8b on 8 H200: sp <= 8, so a sequence of 10M tokens fits nowhere.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <span>
 #include <string>
@@ -45,6 +46,32 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   for (const auto& [id, count] : seen)
     if (count == 0) fail("sequence " + std::to_string(id) + " is lost: in no step and not skipped");
   if (planned > 0 && !close(weights, 1.0)) fail("loss weights sum to " + std::to_string(weights) + ", not 1");
+  // Every weight follows one normalisation over the planned sequences (DESIGN section 3 step 7):
+  // token_mean w_i = n_i / sum n, or sample_mean w_i = 1 / B. The sum alone would pass weight
+  // moved from one sequence to another.
+  if (planned > 0) {
+    double tokens = 0;
+    for (const auto& st : p.steps)
+      for (const auto& q : st.sequences) tokens += static_cast<double>(q.tokens);
+    const double per_sample = 1.0 / static_cast<double>(planned);
+    auto near = [](double w, double want) { return std::abs(w - want) <= 1e-9 * std::abs(want); };
+    const planned_sequence *token_miss = nullptr, *sample_miss = nullptr;
+    for (const auto& st : p.steps)
+      for (const auto& q : st.sequences) {
+        if (!token_miss && !near(q.loss_weight, static_cast<double>(q.tokens) / tokens)) token_miss = &q;
+        if (!sample_miss && !near(q.loss_weight, per_sample)) sample_miss = &q;
+      }
+    auto num = [](double x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.10g", x);
+      return std::string(buf);
+    };
+    if (token_miss && sample_miss)
+      fail("loss weights follow neither normalisation: sequence " + std::to_string(token_miss->id) + " has " +
+           num(token_miss->loss_weight) + ", token_mean needs " + std::to_string(token_miss->tokens) + " / " +
+           num(tokens) + "; sequence " + std::to_string(sample_miss->id) + " has " + num(sample_miss->loss_weight) +
+           ", sample_mean needs 1 / " + std::to_string(planned));
+  }
 
   // Steps: aligned, legal, priced by the cost model, within memory.
   std::map<std::int64_t, const sequence*> by_id;
