@@ -17,8 +17,11 @@
 #include <dcp/comm/ulysses.hpp>
 #include <dcp/config.hpp>
 #include <dcp/cost/analytic.hpp>
+#include <dcp/cost/calibration.hpp>
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/cost/cost_sum.hpp>
 #include <dcp/cost/device.hpp>
+#include <dcp/cost/fitted_cost.hpp>
 #include <dcp/cost/profiled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>

@@ -22,17 +22,21 @@
 /// weight, do not average per rank, and the all-reduced SUM of gradients is exactly the
 /// full-batch gradient whatever the plan.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <ostream>
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
 #include <dcp/cost/analytic.hpp>
+#include <dcp/cost/calibration.hpp>
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
@@ -56,6 +60,8 @@ struct scheduler_options {
   std::optional<infeasible_policy> on_infeasible;
   std::int64_t global_batch_tokens = 0;  ///< sampler budget; 0: 262144 * N
   std::uint64_t seed = 0;                ///< sampler shuffle seed (same on every rank)
+  /// Online calibration: `observe` measured steps, and `plan` refits and replans (DESIGN 4.1).
+  calibration_options calibration;
 
   friend bool operator==(const scheduler_options&, const scheduler_options&) = default;
   friend std::ostream& operator<<(std::ostream& os, const scheduler_options& o) {
@@ -66,7 +72,8 @@ struct scheduler_options {
     os << ", on_infeasible=";
     if (o.on_infeasible) os << *o.on_infeasible;
     else os << "planner's";
-    return os << ", global_batch_tokens=" << o.global_batch_tokens << ", seed=" << o.seed << "}";
+    return os << ", global_batch_tokens=" << o.global_batch_tokens << ", seed=" << o.seed << ", " << o.calibration
+              << "}";
   }
 };
 
@@ -147,6 +154,7 @@ class scheduler {
     // they were already tuned on their own buckets.
     if constexpr (requires { policies_.planner.token_buckets = policies_.bucketing; policies_.planner.sp; })
       if (policies_.planner.sp == 0) policies_.planner.token_buckets = policies_.bucketing;
+    if (options_.calibration.enabled) start_calibration();
   }
 
 
@@ -161,10 +169,35 @@ class scheduler {
   /// The cached group communicators (creation times, entries).
   const group_cache<Comm, groups_type>& groups() const noexcept { return groups_; }
 
-  /// Plans a global batch. Pure: no communication, same result on every rank.
+  /// Plans a global batch. Pure: no communication, same result on every rank. With calibration
+  /// on it is collective instead: every rank's observations of the previous plan are exchanged
+  /// in one all-reduce, the model, GPU speeds and memory margin refitted (identically on every
+  /// rank), and the batch planned with them.
   dcp::plan plan(std::span<const sequence> batch) const {
-    return policies_.planner.plan(cost_, batch, policies_.recompute);
+    if (!calib_) return policies_.planner.plan(cost_, batch, policies_.recompute);
+    if (last_) exchange_observations();
+    auto planner = policies_.planner;
+    if constexpr (requires { planner.speeds = calib_->speeds(); }) planner.speeds = calib_->speeds();
+    dcp::plan p = planner.plan(calib_->model(), batch, policies_.recompute);
+    last_ = p;
+    slot_of_.assign(p.steps.size() + 1, 0);
+    for (std::size_t i = 0; i < p.steps.size(); ++i) slot_of_[i + 1] = slot_of_[i] + std::size_t(p.steps[i].sp());
+    observed_.assign(3 * slot_of_.back(), 0.0);
+    return p;
   }
+
+  /// Records what this rank measured for `step` of the last plan: `seconds` of the micro-step
+  /// (CUDA events or a host clock) and its peak memory in bytes (0: not measured). Used at the
+  /// next `plan`. Throws `dcp::error` for NaN, infinite or negative values, a step of another
+  /// plan or rank, a step observed twice, or calibration off.
+  void observe(const micro_step<Comm>& step, double seconds, double peak_bytes = 0) {
+    observe(step.index, seconds, peak_bytes, &step);
+  }
+  /// As above, by the step's index in the last plan's `steps`.
+  void observe(std::size_t step, double seconds, double peak_bytes = 0) { observe(step, seconds, peak_bytes, nullptr); }
+
+  /// The calibration state (model, speeds, margin, last report); null when calibration is off.
+  const calibrator* calibration() const noexcept { return calib_ ? &*calib_ : nullptr; }
 
   /// Collective: checks with one all-reduce that every rank holds the same plan; throws
   /// `dcp::error` (errc::mismatch) on every rank otherwise, before any step runs.
@@ -264,6 +297,72 @@ class scheduler {
     });
     return std::move(*given);
   }
+  void start_calibration() {
+    options_.calibration.validate();
+    if constexpr (!bool(Comm::host_memory)) {
+      throw error(errc::unsupported, "scheduler: calibration exchanges observations over the world communicator, "
+                                     "which moves device memory here; calibrate with a host-memory communicator");
+    } else {
+      fitted_cost prior;
+      if constexpr (std::is_same_v<cost_type, fitted_cost>) prior = cost_;
+      else if constexpr (requires { transformer_spec(model_); })
+        prior = make_fitted_cost(make_analytic_cost(transformer_spec(model_), job_device(), world_->size()));
+      check(prior.gpus() == world_->size(), errc::mismatch, [&] {
+        return "calibration: the prior model is for " + std::to_string(prior.gpus()) + " GPUs, the world has " +
+               std::to_string(world_->size()) + "; build it for this job";
+      });
+      calib_.emplace(std::move(prior), options_.calibration);
+    }
+  }
+
+  void observe(std::size_t index, double seconds, double peak_bytes, const micro_step<Comm>* step) {
+    const int rank = world_->rank();
+    auto bad = [&](const std::string& what) {
+      throw error(errc::invalid_argument, "observe(step " + std::to_string(index) + ", " + std::to_string(seconds) + " s, " +
+                                              std::to_string(peak_bytes) + " B) on rank " + std::to_string(rank) + ": " + what);
+    };
+    if (!calib_) bad("calibration is off; set scheduler_options::calibration.enabled");
+    if (!last_) bad("no plan yet; observe the steps of the plan this scheduler made last");
+    if (index >= last_->steps.size())
+      bad("the last plan has " + std::to_string(last_->steps.size()) + " steps; observe a step of the last plan");
+    const auto& s = last_->steps[index];
+    if (step && (step->ranks != s.ranks || step->sequences.size() != s.sequences.size() ||
+                 !std::equal(s.sequences.begin(), s.sequences.end(), step->sequences.begin())))
+      bad("the step is not step " + std::to_string(index) + " of the last plan; observe the steps of the latest plan");
+    if (!s.ranks.contains(rank))
+      bad("the step runs on ranks [" + std::to_string(s.ranks.first) + ", " + std::to_string(s.ranks.end()) +
+          "), not on this rank; observe only this rank's steps (steps_for)");
+    if (!(std::isfinite(seconds) && seconds >= 0)) bad("seconds must be finite and not negative");
+    if (!(std::isfinite(peak_bytes) && peak_bytes >= 0)) bad("peak_bytes must be finite and not negative (0: not measured)");
+    double* slot = &observed_[3 * (slot_of_[index] + std::size_t(rank - s.ranks.first))];
+    if (slot[0] != 0) bad("this rank already observed that step");
+    slot[0] = 1, slot[1] = seconds, slot[2] = peak_bytes;
+  }
+
+  // One all-reduce of the (step, member) slots of the last plan: each rank fills only its own,
+  // so the sum is every rank's reports, in plan order on every rank, whatever order they came in.
+  void exchange_observations() const {
+    if constexpr (bool(Comm::host_memory)) {
+      world_->all_reduce(std::span<double>(observed_), reduce_op::sum);
+      for (std::size_t i = 0; i < last_->steps.size(); ++i) {
+        const auto& s = last_->steps[i];
+        executed_step e{{}, s.ranks, s.checkpointed_blocks, {}, {}};
+        bool any = false;
+        for (int m = 0; m < s.sp(); ++m) {
+          const double* slot = &observed_[3 * (slot_of_[i] + std::size_t(m))];
+          any = any || slot[0] != 0;
+          e.seconds.push_back(slot[0] != 0 ? slot[1] : -1.0);
+          e.peak_bytes.push_back(slot[0] != 0 ? slot[2] : -1.0);
+        }
+        if (!any) continue;  // nobody ran or measured it
+        for (const auto& q : s.sequences) e.load = e.load + calib_->model().load_of({q.id, q.frames, q.spatial});
+        calib_->add(std::move(e));
+      }
+      calib_->refit();
+      last_.reset();
+    }
+  }
+
   groups_type make_groups() const {
     groups_type g = policies_.groups;
     if constexpr (std::is_same_v<groups_type, buddy_groups>) g = buddy_groups{world_->size(), job_device().gpus_per_node};
@@ -277,6 +376,11 @@ class scheduler {
   cost_type cost_;
   group_cache<Comm, groups_type> groups_;
   std::optional<token_budget_sampler> sampler_;
+  // Calibration (plan() stays const: like verify(), it is collective when calibration is on).
+  mutable std::optional<calibrator> calib_;
+  mutable std::optional<dcp::plan> last_;    // the plan observations refer to
+  mutable std::vector<std::size_t> slot_of_;  // first (step, member) slot of each step
+  mutable std::vector<double> observed_;      // per slot: reported, seconds, peak bytes
 };
 
 }  // namespace dcp

@@ -1,0 +1,247 @@
+// fitted_cost and nnls: the fit recovers known coefficients from synthetic steps, the ridge keeps
+// a few steps sane, NNLS is the true constrained optimum, dcp.fit/v1 round-trips and rejects bad
+// documents, and a profile table fits.
+#include "calibration_test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <dcp/cost/fitted_cost.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/profile/profile_table.hpp>
+
+namespace {
+
+using calib_test::rng;
+
+template <class Fn>
+dcp::error error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const dcp::error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "threw no dcp::error";
+  return dcp::error(dcp::errc::unsupported, "none");
+}
+bool mentions(const dcp::error& e, const std::string& s) { return std::string(e.what()).find(s) != std::string::npos; }
+
+double objective(const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& x, std::size_t n) {
+  double s = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    double r = -b[i];
+    for (std::size_t j = 0; j < n; ++j) r += a[i * n + j] * x[j];
+    s += r * r;
+  }
+  return s;
+}
+
+TEST(nnls, matches_the_best_of_every_active_set_on_random_problems) {
+  rng g(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::size_t n = std::size_t(g.between(1, 5)), m = std::size_t(g.between(std::int64_t(n), 30));
+    std::vector<double> a(m * n), b(m);
+    for (double& v : a) v = g.unit() * 2 - 0.5;
+    for (double& v : b) v = g.unit() * 4 - 2;
+    const auto x = dcp::nnls(a, b, m, n);
+    for (double v : x) ASSERT_GE(v, 0);
+    // Brute force: for every subset, the unconstrained fit (tiny normal equations by elimination);
+    // the best feasible one is the constrained optimum.
+    double best = objective(a, b, std::vector<double>(n, 0.0), n);
+    for (unsigned mask = 1; mask < (1u << n); ++mask) {
+      std::vector<std::size_t> cols;
+      for (std::size_t j = 0; j < n; ++j)
+        if (mask & (1u << j)) cols.push_back(j);
+      const std::size_t k = cols.size();
+      std::vector<double> ata(k * (k + 1), 0.0);
+      for (std::size_t r = 0; r < k; ++r) {
+        for (std::size_t c = 0; c < k; ++c)
+          for (std::size_t i = 0; i < m; ++i) ata[r * (k + 1) + c] += a[i * n + cols[r]] * a[i * n + cols[c]];
+        for (std::size_t i = 0; i < m; ++i) ata[r * (k + 1) + k] += a[i * n + cols[r]] * b[i];
+      }
+      bool singular = false;
+      for (std::size_t p = 0; p < k && !singular; ++p) {
+        if (std::abs(ata[p * (k + 1) + p]) < 1e-12) singular = true;
+        for (std::size_t r = 0; r < k && !singular; ++r) {
+          if (r == p) continue;
+          const double f = ata[r * (k + 1) + p] / ata[p * (k + 1) + p];
+          for (std::size_t c = 0; c <= k; ++c) ata[r * (k + 1) + c] -= f * ata[p * (k + 1) + c];
+        }
+      }
+      if (singular) continue;
+      std::vector<double> x2(n, 0.0);
+      bool feasible = true;
+      for (std::size_t r = 0; r < k; ++r) {
+        x2[cols[r]] = ata[r * (k + 1) + k] / ata[r * (k + 1) + r];
+        feasible = feasible && x2[cols[r]] >= 0;
+      }
+      if (feasible) best = std::min(best, objective(a, b, x2, n));
+    }
+    EXPECT_LE(objective(a, b, x, n), best * (1 + 1e-9) + 1e-12) << "trial " << trial;
+  }
+}
+
+TEST(nnls, rejects_bad_input) {
+  const std::vector<double> a{1, 2, 3}, b{1};
+  EXPECT_EQ(error_of([&] { (void)dcp::nnls(a, b, 1, 2); }).code(), dcp::errc::invalid_argument);
+  const std::vector<double> nan_a{std::nan(""), 1};
+  EXPECT_TRUE(mentions(error_of([&] { (void)dcp::nnls(nan_a, b, 1, 2); }), "NaN"));
+}
+
+TEST(fitted_cost, prior_is_the_analytic_model_exactly) {
+  rng g(12);
+  for (int gpus : {1, 8, 32}) {
+    const auto a = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), gpus);
+    const auto f = dcp::make_fitted_cost(a);
+    for (int i = 0; i < 200; ++i) {
+      const auto o = calib_test::random_step(f, g);
+      EXPECT_NEAR(f.time(o.load, o.sp, o.checkpointed_blocks) / a.time(o.load, o.sp, o.checkpointed_blocks), 1, 1e-12);
+      EXPECT_NEAR(f.memory(o.load, o.sp, o.checkpointed_blocks) / a.memory(o.load, o.sp, o.checkpointed_blocks), 1, 1e-12);
+      EXPECT_NEAR(f.work_floor(o.load, o.sp, o.checkpointed_blocks) / a.work_floor(o.load, o.sp, o.checkpointed_blocks), 1,
+                  1e-9);
+    }
+    EXPECT_EQ(f.capacity(), a.capacity());
+  }
+}
+
+TEST(fitted_cost, fit_recovers_known_coefficients_from_synthetic_steps) {
+  rng g(13);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto p = calib_test::prior(32);
+    const auto truth = calib_test::scaled_truth(p, g);
+    const auto obs = calib_test::observe_on(truth, 60, g);
+    const auto fit = dcp::fit_cost(p, obs, {0.0, true, true});  // no ridge: the data alone
+    const auto want = truth.coef.time_array(), got = fit.coef.time_array();
+    for (std::size_t j = 0; j < want.size(); ++j) EXPECT_NEAR(got[j] / want[j], 1, 1e-6) << "time term " << j;
+    const auto wm = truth.coef.memory_array(), gm = fit.coef.memory_array();
+    for (std::size_t j = 0; j < wm.size(); ++j) EXPECT_NEAR(gm[j] / wm[j], 1, 1e-6) << "memory term " << j;
+    EXPECT_LT(fit.residuals.time_max, 1e-8);
+    EXPECT_LT(fit.residuals.memory_max, 1e-8);
+    EXPECT_EQ(fit.residuals.time_points, 60);
+    // The default ridge costs little with 60 steps: predictions within 2%.
+    const auto ridged = dcp::fit_cost(p, obs);
+    EXPECT_LT(ridged.residuals.time_rms, 0.02) << ridged;
+  }
+}
+
+TEST(fitted_cost, a_handful_of_steps_improve_on_the_prior_and_no_coefficient_goes_negative) {
+  rng g(14);
+  for (int trial = 0; trial < 40; ++trial) {
+    const auto p = calib_test::prior(16);
+    const auto truth = calib_test::scaled_truth(p, g);
+    const auto obs = calib_test::observe_on(truth, 4, g);
+    const auto held_out = calib_test::observe_on(truth, 100, g);
+    const auto fit = dcp::fit_cost(p, obs);
+    for (double v : fit.coef.time_array()) EXPECT_GE(v, 0);
+    for (double v : fit.coef.memory_array()) EXPECT_GE(v, 0);
+    EXPECT_NO_THROW(fit.validate());
+    EXPECT_LE(dcp::residuals_of(fit, obs).time_rms, dcp::residuals_of(p, obs).time_rms + 1e-12);
+    EXPECT_LE(dcp::residuals_of(fit, held_out).memory_rms, dcp::residuals_of(p, held_out).memory_rms + 1e-12);
+  }
+  // Measurements that would drive a coefficient below zero stop it at zero.
+  const auto p = calib_test::prior(8);
+  auto obs = calib_test::observe_on(p, 30, g);
+  for (auto& o : obs) o.seconds = 0.2 * p.time_features(o.load, o.sp, o.checkpointed_blocks)[5] * p.coef.block_pass_s;
+  const auto fit = dcp::fit_cost(p, obs, {0.0, true, false});
+  EXPECT_EQ(fit.coef.linear_flop_s + fit.coef.attention_flop_s > 0, true);
+  for (double v : fit.coef.time_array()) EXPECT_GE(v, 0);
+}
+
+TEST(fitted_cost, bad_observations_are_rejected_by_name) {
+  const auto p = calib_test::prior(8);
+  rng g(15);
+  auto o = calib_test::observe_on(p, 1, g);
+  auto with = [&](auto change) {
+    auto v = o;
+    change(v[0]);
+    return error_of([&] { (void)dcp::fit_cost(p, v); });
+  };
+  EXPECT_TRUE(mentions(with([](auto& x) { x.seconds = -1; }), "seconds"));
+  EXPECT_TRUE(mentions(with([](auto& x) { x.seconds = std::nan(""); }), "seconds"));
+  EXPECT_TRUE(mentions(with([](auto& x) { x.peak_bytes = std::numeric_limits<double>::infinity(); }), "peak_bytes"));
+  EXPECT_TRUE(mentions(with([](auto& x) { x.sp = 3; }), "sp = 3"));
+  EXPECT_TRUE(mentions(with([](auto& x) { x.checkpointed_blocks = 99; }), "checkpointed_blocks"));
+  EXPECT_TRUE(mentions(error_of([&] { (void)dcp::fit_cost(p, o, {-1, true, true}); }), "prior_weight"));
+}
+
+TEST(fitted_cost, plans_like_any_cost_model) {
+  rng g(16);
+  const auto p = calib_test::prior(16);
+  const auto truth = calib_test::scaled_truth(p, g);
+  const auto fit = dcp::fit_cost(p, calib_test::observe_on(truth, 40, g));
+  const auto batch = calib_test::random_batch(g, 60, 1);
+  const auto plan = dcp::dcp_planner{}.plan(fit, batch);
+  EXPECT_TRUE(dcp::plan_violations(plan, batch, fit).empty());
+}
+
+TEST(fit_json, round_trips_exactly) {
+  rng g(17);
+  const auto p = calib_test::prior(32);
+  auto fit = dcp::fit_cost(p, calib_test::observe_on(calib_test::scaled_truth(p, g), 20, g));
+  fit.memory_margin = 0.037;
+  std::stringstream s;
+  dcp::write_fit(s, fit);
+  EXPECT_NE(s.str().find("\"dcp.fit/v1\""), std::string::npos);
+  const auto back = dcp::read_fit(s, "round trip");
+  EXPECT_EQ(back, fit);
+}
+
+TEST(fit_json, bad_documents_are_clear_errors) {
+  std::stringstream good;
+  dcp::write_fit(good, calib_test::prior(8));
+  const std::string text = good.str();
+  auto read = [](const std::string& t) {
+    std::istringstream in(t);
+    return error_of([&] { (void)dcp::read_fit(in, "bad.json"); });
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  auto e = read(text.substr(0, text.size() / 2));
+  EXPECT_EQ(e.code(), dcp::errc::parse_error);
+  EXPECT_TRUE(mentions(e, "bad.json"));
+  EXPECT_TRUE(mentions(read(replaced("dcp.fit/v1", "dcp.profile/v1")), "expected \"dcp.fit/v1\""));
+  EXPECT_TRUE(mentions(read(replaced("\"gpus\": 8", "\"gpus\": 1e60")), "gpus"));
+  EXPECT_TRUE(mentions(read(replaced("\"activation_bytes\"", "\"activation_bytez\"")), "missing"));
+  e = read(replaced("\"message_s\": ", "\"message_s\": -"));
+  EXPECT_EQ(e.code(), dcp::errc::invalid_argument);
+  EXPECT_TRUE(mentions(e, "message_s"));
+  EXPECT_TRUE(mentions(read(replaced("\"block_pass_s\": ", "\"block_pass_s\": null, \"x\": ")), "block_pass_s"));
+  EXPECT_TRUE(mentions(read(replaced("\"attention\": \"full\"", "\"attention\": \"sparse\"")), "sparse"));
+}
+
+TEST(fitted_cost, fits_a_profile_table) {
+  rng g(18);
+  const auto p = calib_test::prior(8);
+  const auto truth = calib_test::scaled_truth(p, g);
+  dcp::profile_table t;
+  t.model = p.shape.model;
+  t.device = "h200";
+  t.gpus = 8;
+  t.memory_capacity_bytes = p.capacity();
+  t.static_memory_bytes = truth.coef.static_bytes;
+  for (int sp : {1, 2, 8})
+    for (std::int64_t n : {2048, 16384, 65536})
+      for (int k : {0, 42}) {
+        const auto l = p.load_of(dcp::make_sequence(0, n));
+        t.entries.push_back({0, p.tokens_of(dcp::make_sequence(0, n)), 1, n, sp, 1, k, truth.time(l, sp, k),
+                             truth.memory(l, sp, k)});
+      }
+  const auto fit = dcp::fit_profile(t, p);
+  EXPECT_LT(fit.residuals.time_rms, 0.02) << fit;
+  EXPECT_LT(fit.residuals.memory_max, 0.01) << fit;
+  t.gpus = 16;
+  EXPECT_EQ(error_of([&] { (void)dcp::fit_profile(t, p); }).code(), dcp::errc::mismatch);
+}
+
+}  // namespace

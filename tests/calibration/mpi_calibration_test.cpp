@@ -1,0 +1,49 @@
+// Online calibration under mpirun: each MPI rank observes its own steps in its own shuffled
+// order (one rank slow, one silent), and every rank plans the identical plan at every batch.
+#include "calibration_test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <vector>
+
+#include <dcp/comm/mpi.hpp>
+#include <dcp/mpi.hpp>
+
+namespace {
+
+TEST(mpi_calibration, every_rank_plans_the_same_plans_from_shuffled_observations) {
+  auto world = dcp::mpi_comm::world(std::chrono::seconds(60));
+  const int n = world.size();
+  calib_test::rng g(41);
+  const auto truth = calib_test::scaled_truth(calib_test::prior(n), g);
+  std::vector<dcp::dataset> work;
+  for (int b = 0; b < 4; ++b) work.push_back(calib_test::random_batch(g, 24, 1000 * b));
+  const auto r = calib_test::calibrated_loop(world, work, truth, /*slow=*/1 % n, /*silent=*/n - 1);
+  // Gather every rank's hashes on every rank and compare.
+  std::vector<std::uint64_t> all(r.hashes.size() * std::size_t(n));
+  world.all_gather(std::span<const std::uint64_t>(r.hashes), std::span<std::uint64_t>(all));
+  for (int k = 1; k < n; ++k)
+    for (std::size_t i = 0; i < r.hashes.size(); ++i) EXPECT_EQ(all[std::size_t(k) * r.hashes.size() + i], all[i]) << "rank " << k;
+  EXPECT_GT(r.state->report().time_points, 0u);
+  if (n > 1) {
+    EXPECT_GT(r.state->report().missing_reports, 0u);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dcp::mpi_environment env(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS();
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return failed;
+}
