@@ -1,0 +1,153 @@
+#pragma once
+/// \file
+/// One LibTorch training step under a `dcp::scheduler` plan. Per global batch (the same on every
+/// rank, from the scheduler's sampler):
+///   1. `plan = sched.plan(batch)` and `sched.verify(plan)`;
+///   2. for each of this rank's `sched.steps_for(plan)`: the rank's token shard of the packed
+///      step, forward with the step's group (Ulysses inside autograd) and its checkpointed blocks,
+///      loss = sum over the step's sequences of loss_weight x the sequence's mean token loss
+///      (the plan's weights make the sum over all steps the batch's token-mean loss), backward;
+///      gradients accumulate in the parameters' `.grad`, never averaged per rank;
+///   3. one all-reduce SUM of the gradients (and the loss) over the world;
+///   4. the optimizer step, the same on every rank.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <dcp/comm/shard.hpp>
+#include <dcp/cost/device.hpp>
+#include <dcp/model/transformer.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/scheduler.hpp>
+#include <dcp/sequence.hpp>
+
+#include "corpus.hpp"
+#include "gpt.hpp"
+
+namespace libtorch_train {
+
+/// The `transformer_spec` dcp prices for the model: same L, h, heads, MLP, causal attention.
+inline dcp::transformer_spec spec_of(const gpt_config& c) {
+  return {"libtorch-gpt", c.blocks, c.hidden, c.heads, c.mlp, 2, dcp::attention_kind::causal, 0};
+}
+
+/// A device for the analytic cost model, scaled to the small model on CPU ranks: a sequence of
+/// `fit_tokens` tokens just fits one rank with nothing checkpointed, so longer ones need
+/// recompute or sp > 1.
+inline dcp::device_spec scaled_device(const dcp::transformer_spec& spec, int world, double fit_tokens) {
+  dcp::device_spec d{"cpu-scaled", 5e9, 0.5, 128, 5e-5, 5e-5, 2e9, 1e9, 8, 0, 0.9, 34};
+  const double p = spec.parameters();
+  d.mem_bytes = (4 * p + 12 * p / world + (spec.blocks + 1) * d.beta * double(spec.hidden) * fit_tokens) / d.usable;
+  return d;
+}
+
+/// This rank's tensors of one micro-step.
+template <class Comm>
+struct micro_batch {
+  torch::Tensor tokens, positions, targets;  ///< int64 [t_r]
+  torch::Tensor weights;                     ///< [t_r]: loss weight of the token's sequence / its length
+  packed_context<Comm> context;
+};
+
+/// This rank's token shard of `step`'s packed sequences.
+template <class Comm>
+micro_batch<Comm> make_micro_batch(const corpus& data, const dcp::micro_step<Comm>& step, torch::Dtype dtype) {
+  micro_batch<Comm> mb;
+  auto& c = mb.context;
+  c.seq_begin.push_back(0);
+  for (const auto& q : step.sequences) c.seq_begin.push_back(c.seq_begin.back() + q.tokens);
+  c.mine = dcp::shard_of(c.total(), step.sp(), step.group_rank);
+  c.group = step.sp() > 1 ? &step.comm() : nullptr;
+  std::vector<std::int64_t> tok, pos, tgt;
+  std::vector<double> w;
+  for (std::size_t i = 0; i < step.sequences.size(); ++i) {
+    const auto& q = step.sequences[i];
+    const auto& doc = data.document(q.id);
+    dcp::check(std::int64_t(doc.size()) == q.tokens + 1, dcp::errc::mismatch, [&] {
+      return "sequence " + std::to_string(q.id) + " has " + std::to_string(q.tokens) + " tokens in the plan but " +
+             std::to_string(doc.size() - 1) + " in the corpus; plan the corpus' own dataset()";
+    });
+    const std::int64_t lo = std::max(c.mine.begin, c.seq_begin[i]), hi = std::min(c.mine.end(), c.seq_begin[i + 1]);
+    for (std::int64_t p = lo - c.seq_begin[i]; p < hi - c.seq_begin[i]; ++p) {
+      tok.push_back(doc[std::size_t(p)]);
+      tgt.push_back(doc[std::size_t(p + 1)]);
+      pos.push_back(p);
+      w.push_back(q.loss_weight / double(q.tokens));
+    }
+  }
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  mb.tokens = torch::tensor(tok, i64);
+  mb.targets = torch::tensor(tgt, i64);
+  mb.positions = torch::tensor(pos, i64);
+  mb.weights = torch::tensor(w, torch::TensorOptions().dtype(torch::kFloat64)).to(dtype);
+  return mb;
+}
+
+/// Sums every parameter's gradient (zero where this rank ran nothing) and `loss` over `world`
+/// with one all-reduce; returns the summed loss.
+template <class Comm>
+double all_reduce_gradients(Comm& world, torch::nn::Module& model, const torch::Tensor& loss) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  auto params = model.parameters();
+  for (auto& p : params) flat.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}, p.options()));
+  flat.push_back(loss.reshape(-1).to(params.front().scalar_type()));
+  torch::Tensor buf = torch::cat(flat).contiguous();
+  auto reduce = [&]<class T>(T*) {
+    world.all_reduce(std::span<T>(buf.data_ptr<T>(), std::size_t(buf.numel())), dcp::reduce_op::sum);
+  };
+  if (buf.scalar_type() == torch::kFloat64) reduce(static_cast<double*>(nullptr));
+  else reduce(static_cast<float*>(nullptr));
+  std::int64_t at = 0;
+  for (auto& p : params) {
+    p.mutable_grad() = buf.slice(0, at, at + p.numel()).view_as(p).clone();
+    at += p.numel();
+  }
+  return buf[at].item<double>();
+}
+
+/// What one training step did on this rank.
+struct step_report {
+  double loss = 0;  ///< the batch's token-mean loss (all ranks)
+  dcp::plan plan;
+  std::size_t micro_steps = 0;   ///< this rank's
+  std::int64_t recomputed = 0;   ///< blocks this rank recomputed, over its micro-steps
+};
+
+/// One training step under the scheduler's plan (collective over `sched.world()`).
+template <class Scheduler>
+step_report train_step(Scheduler& sched, gpt_impl& model, torch::optim::Optimizer& opt, const corpus& data,
+                       std::span<const dcp::sequence> batch) {
+  step_report r;
+  r.plan = sched.plan(batch);
+  sched.verify(r.plan);
+  const auto steps = sched.steps_for(r.plan);
+  const torch::Dtype dtype = model.parameters().front().scalar_type();
+  opt.zero_grad();
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(dtype));
+  for (const auto& st : steps) {
+    const auto mb = make_micro_batch(data, st, dtype);
+    // The cost model prices exactly this model's blocks, so the plan's k applies as it is.
+    const int k = std::min(st.checkpointed_blocks, model.config.blocks);
+    const torch::Tensor logits = model.forward(mb.tokens, mb.positions, mb.context, k);
+    const torch::Tensor loss =
+        (torch::nn::functional::cross_entropy(logits, mb.targets,
+                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)) *
+         mb.weights)
+            .sum();
+    loss.backward();
+    loss_sum += loss.detach();
+    r.recomputed += k;
+  }
+  r.micro_steps = steps.size();
+  r.loss = all_reduce_gradients(sched.world(), model, loss_sum);
+  opt.step();
+  return r;
+}
+
+}  // namespace libtorch_train
