@@ -298,6 +298,36 @@ const std::vector<entry>& catalogue() {
                   std::vector{dcp::make_sequence(1, 1000)});
          });
        }},
+      {"dynamic-cp-limit-out-of-range", "invalid_argument", "dynamic_cp max_tokens_per_rank = -5 must be in [1, ",
+       [] {
+         return lib([] {
+           dcp::dynamic_cp_planner p;
+           p.max_tokens_per_rank = -5;
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+                  std::vector{dcp::make_sequence(1, 1000)});
+         });
+       }},
+      {"dynamic-cp-min-cp-illegal", "invalid_argument",
+       "dynamic_cp min_cp_size = 3 is not a legal CP size on 32 GPUs with 48 heads",
+       [] {
+         return lib([] {
+           dcp::dynamic_cp_planner p;
+           p.min_cp_size = 3;
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+                  std::vector{dcp::make_sequence(1, 1000)});
+         });
+       }},
+      {"dynamic-cp-group-too-wide", "infeasible",
+       "sequence 2 of 300226 tokens needs CP size 32 under dynamic_cp max_tokens_per_rank = 10000, over the widest "
+       "legal group 16",
+       [] {
+         return lib([] {
+           dcp::dynamic_cp_planner p;
+           p.max_tokens_per_rank = 10000;
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+                  std::vector{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 300'000)});
+         });
+       }},
       {"ulysses-heads-not-divisible", "invalid_argument", "ulysses: heads = 48 is not divisible by sp = 32",
        [] { return lib([] { dcp::validate(dcp::ulysses_shape{1024, 48, 64}, 32); }); }},
       {"gpus-zero", "invalid_argument", "gpus = 0 must be positive",
