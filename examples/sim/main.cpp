@@ -5,11 +5,16 @@
 //   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET] [--gpus N] [--gpus-per-node G]
 //           [--device h200|h100] [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
-//           [--on-infeasible error|skip]
+//           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
+//
+// With --truth or --truth-profile every plan is made on the analytic model and executed on the
+// truth clock (DESIGN section 8), and the default methods gain the `oracle` row.
 
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -19,15 +24,20 @@
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/device.hpp>
+#include <dcp/cost/profiled_cost.hpp>
+#include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/tuning.hpp>
+#include <dcp/profile/profile_json.hpp>
+#include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>
 #include <dcp/sim/report.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/svg.hpp>
 #include <dcp/sim/trace.hpp>
+#include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
 #include <dcp/workload/lengths_file.hpp>
 
@@ -41,14 +51,18 @@ struct cli_options {
   int gpus_per_node = 8;
   std::string device = "h200";
   std::string methods = "dcp,dcp-no-inter,dcp-no-intra,bucket,packed,dynamic_cp";
+  bool methods_given = false;
   std::int64_t global_batch_tokens = 0;
   std::uint64_t seed = 0;
   std::string plan_out, trace_out, svg_out;
   bool json = false;
   std::string on_infeasible = "error";
+  std::optional<std::string> truth;
+  std::string truth_profile;
+  std::optional<std::uint64_t> truth_seed;
 };
 
-std::vector<std::string> split_methods(const std::string& list) {
+std::vector<std::string> split_methods(const std::string& list, bool on_truth) {
   std::vector<std::string> out;
   std::stringstream in(list);
   for (std::string name; std::getline(in, name, ',');) {
@@ -58,13 +72,46 @@ std::vector<std::string> split_methods(const std::string& list) {
   }
   dcp::check(!out.empty(), dcp::errc::invalid_argument,
              [&] { return "--methods '" + list + "' names no method; give a comma-separated list"; });
-  for (const auto& m : out) dcp::sim::validate_method(m);
+  for (const auto& m : out) dcp::sim::validate_method(m, on_truth);
+  return out;
+}
+
+// Every method's metrics, plans as made, and plans as executed (the same without a truth).
+struct method_runs {
+  std::vector<dcp::sim::run_metrics> rows;
+  std::vector<std::vector<dcp::plan>> plans, executed;
+};
+
+template <class Cost, class T>
+method_runs run_methods(const std::vector<std::string>& methods, const Cost& cost, const dcp::dataset& data,
+                        const std::vector<std::vector<dcp::sequence>>& batches,
+                        const dcp::sim::method_settings& settings, const dcp::sim::options& base,
+                        bool keep_first, bool keep_all, const dcp::sim::truth<T>* truth) {
+  method_runs out;
+  for (std::size_t i = 0; i < methods.size(); ++i) {
+    dcp::sim::options opt = base;
+    opt.keep_plans = keep_all || (i == 0 && keep_first);
+    if (truth) {
+      auto r = dcp::sim::run_method(methods[i], cost, data, batches, settings, *truth, opt);
+      out.rows.push_back(r.metrics);
+      out.plans.push_back(std::move(r.plans));
+      out.executed.push_back(std::move(r.executed));
+    } else {
+      auto r = dcp::sim::run_method(methods[i], cost, data, batches, settings, opt);
+      out.rows.push_back(r.metrics);
+      out.executed.push_back(r.plans);
+      out.plans.push_back(std::move(r.plans));
+    }
+  }
   return out;
 }
 
 int run(const cli_options& o) {
   // Inputs first, so that a typo fails before any work.
-  const auto methods = split_methods(o.methods);
+  const bool on_truth = o.truth.has_value() || !o.truth_profile.empty();
+  const auto methods = split_methods(o.methods_given || !on_truth ? o.methods : o.methods + ",oracle", on_truth);
+  const dcp::sim::truth_spec spec = dcp::sim::parse_truth_spec(o.truth.value_or(""));
+  const std::uint64_t truth_seed = o.truth_seed.value_or(o.seed);
   dcp::check(o.on_infeasible == "error" || o.on_infeasible == "skip", dcp::errc::invalid_argument,
              [&] { return "--on-infeasible '" + o.on_infeasible + "' must be error or skip"; });
   dcp::check(o.global_batch_tokens >= 0, dcp::errc::invalid_argument, [&] {
@@ -90,25 +137,39 @@ int run(const cli_options& o) {
   for (const auto& s : data) header.tokens += cost.tokens_of(s);
 
   const bool views = !o.trace_out.empty() || !o.svg_out.empty();
-  std::vector<dcp::sim::run_metrics> rows;
-  std::vector<std::vector<dcp::plan>> plans;
-  for (std::size_t i = 0; i < methods.size(); ++i) {
-    dcp::sim::options opt;
-    opt.seed = o.seed;
-    opt.global_batch_tokens = o.global_batch_tokens;
-    opt.keep_plans = views || (i == 0 && !o.plan_out.empty());
-    opt.progress = &std::cerr;
-    auto r = dcp::sim::run_method(methods[i], cost, data, batches, settings, opt);
-    rows.push_back(r.metrics);
-    plans.push_back(std::move(r.plans));
+  dcp::sim::options opt;
+  opt.seed = o.seed;
+  opt.global_batch_tokens = o.global_batch_tokens;
+  opt.progress = &std::cerr;
+  const bool keep_first = !o.plan_out.empty();
+  method_runs runs;
+  if (!o.truth_profile.empty()) {
+    std::ifstream in(o.truth_profile);
+    dcp::check(in.is_open(), dcp::errc::io_error, [&] {
+      return "cannot open --truth-profile '" + o.truth_profile + "'; give a dcp.profile/v1 file (dcp-profile writes one)";
+    });
+    auto profiled = dcp::make_profiled_cost(dcp::read_profile(in, o.truth_profile), cost.model, device.name, o.gpus);
+    const auto truth = dcp::sim::make_truth(std::move(profiled), spec, truth_seed);
+    header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
+    header.truth_seed = truth_seed;
+    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views, &truth);
+  } else if (o.truth) {
+    const auto truth = dcp::sim::make_truth(spec, cost, truth_seed);
+    header.truth = o.truth->empty() ? std::string("(the model itself)") : *o.truth;
+    header.truth_seed = truth_seed;
+    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views, &truth);
+  } else {
+    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views,
+                       static_cast<const dcp::sim::truth<dcp::analytic_cost>*>(nullptr));
   }
+  const auto& rows = runs.rows;
 
-  if (!o.plan_out.empty()) dcp::sim::write_plan_json(o.plan_out, cost, std::span<const dcp::plan>(plans.front()));
+  if (!o.plan_out.empty()) dcp::sim::write_plan_json(o.plan_out, cost, std::span<const dcp::plan>(runs.plans.front()));
   if (views) {
-    std::vector<dcp::sim::timeline> runs;
-    for (std::size_t i = 0; i < methods.size(); ++i) runs.push_back({methods[i], plans[i]});
-    if (!o.trace_out.empty()) dcp::sim::write_trace(o.trace_out, runs);
-    if (!o.svg_out.empty()) dcp::sim::write_svg(o.svg_out, runs);
+    std::vector<dcp::sim::timeline> runs_view;
+    for (std::size_t i = 0; i < methods.size(); ++i) runs_view.push_back({methods[i], runs.executed[i]});
+    if (!o.trace_out.empty()) dcp::sim::write_trace(o.trace_out, runs_view);
+    if (!o.svg_out.empty()) dcp::sim::write_svg(o.svg_out, runs_view);
   }
   if (o.json) std::cout << dcp::sim::table_json(header, rows).dump(2) << "\n";
   else dcp::sim::print_table(std::cout, header, rows);
@@ -131,8 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")->capture_default_str();
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node G")->capture_default_str();
   app.add_option("--device", o.device, "device preset: h200 or h100")->capture_default_str();
-  app.add_option("--methods", o.methods, "comma-separated methods: dcp, dcp-no-inter, dcp-no-intra, "
-                                         "dcp-no-inter-no-intra, bucket, packed, dynamic_cp")
+  auto* methods = app.add_option("--methods", o.methods, "comma-separated methods: dcp, dcp-no-inter, dcp-no-intra, "
+                                         "dcp-no-inter-no-intra, bucket, packed, dynamic_cp; oracle with a truth")
       ->capture_default_str();
   app.add_option("--global-batch-tokens", o.global_batch_tokens, "tokens per global batch (default 262144 * N)");
   app.add_option("--seed", o.seed, "seed of the workload, the sampler and seeded planners")->capture_default_str();
@@ -142,11 +203,18 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print the table as one JSON object");
   app.add_option("--on-infeasible", o.on_infeasible, "what to do with a sequence that fits nowhere: error or skip")
       ->capture_default_str();
+  app.add_option("--truth", o.truth, "execute every plan on a true clock: key=value pairs, comma-separated: "
+                                     "compute, attention, intra_bw, inter_bw, overhead, memory (factors), "
+                                     "slow_gpus=R:F+R:F (speeds in (0, 1]), jitter=S (log-normal sigma)");
+  app.add_option("--truth-profile", o.truth_profile, "execute every plan on a dcp.profile/v1 table as the true clock "
+                                                     "(--truth may add slow_gpus and jitter)");
+  app.add_option("--truth-seed", o.truth_seed, "seed of the truth's jitter (default: --seed)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.methods_given = methods->count() > 0;
   try {
     return run(o);
   } catch (const dcp::error& e) {

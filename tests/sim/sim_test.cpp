@@ -186,7 +186,7 @@ TEST(PlanJson, HasExactlyTheDesignFieldsAndEverySequenceOnce) {
     EXPECT_EQ(batch["index"], b);
     for (const json& step : batch["steps"]) {
       EXPECT_EQ(keys(step), (std::set<std::string>{"ranks", "sp", "start_s", "time_s", "memory_bytes",
-                                                   "checkpointed_blocks", "sequences"}));
+                                                   "checkpointed_blocks", "round", "sequences"}));
       const int sp = step["sp"];
       ASSERT_EQ(step["ranks"].size(), static_cast<std::size_t>(sp));
       EXPECT_EQ(step["ranks"][0].get<int>() % sp, 0);
@@ -304,7 +304,7 @@ TEST(Report, TableAndJsonHaveEveryMethod) {
   EXPECT_EQ(keys(j), (std::set<std::string>{"workload", "model", "device", "gpus", "sequences", "tokens", "methods"}));
   ASSERT_EQ(j["methods"].size(), 2u);
   EXPECT_EQ(keys(j["methods"][0]), (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_bucket", "efficiency",
-                                                            "imbalance", "peak_memory_bytes", "plan_seconds", "skipped"}));
+                                                            "imbalance", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps"}));
   EXPECT_EQ(j["methods"][0]["method"], "dcp");
   EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_bucket"].get<double>(), (100.0 / 1) / (200.0 / 3));
   EXPECT_DOUBLE_EQ(j["methods"][1]["speedup_vs_bucket"].get<double>(), 1.0);

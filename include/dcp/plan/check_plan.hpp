@@ -14,6 +14,7 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_builder.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {
@@ -103,14 +104,30 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
       if (q.tokens != cost.tokens_of(*it->second)) fail(where + ": sequence " + std::to_string(q.id) + " has wrong tokens");
     }
     if (known && !st.sequences.empty()) {
-      const double t = cost.time(load, sp, st.checkpointed_blocks), m = cost.memory(load, sp, st.checkpointed_blocks);
+      // A plan made for per-GPU speeds prices a step at its slowest member's pace.
+      const double t = cost.time(load, sp, st.checkpointed_blocks) / block_speed(p.speeds, st.ranks),
+                   m = cost.memory(load, sp, st.checkpointed_blocks);
       if (!close(t, st.time_s)) fail(where + ": time " + std::to_string(st.time_s) + " s, cost model says " + std::to_string(t));
       if (!close(m, st.memory_bytes)) fail(where + ": memory " + std::to_string(st.memory_bytes) + " B, cost model says " + std::to_string(m));
       if (m > cost.capacity()) fail(where + ": memory " + std::to_string(m) + " B over capacity " + std::to_string(cost.capacity()));
     }
     if (st.start_s < 0) fail(where + ": negative start");
+    if (st.round < 0) fail(where + ": negative round " + std::to_string(st.round));
     for (int r = st.ranks.first; r < st.ranks.end(); ++r) busy[static_cast<std::size_t>(r)].push_back({st.start_s, st.end_s()});
     makespan = std::max(makespan, st.end_s());
+  }
+  // Rounds are barriers: a step starts after every step of every earlier round has ended.
+  if (p.speeds.size() != 0 && p.speeds.size() != static_cast<std::size_t>(n))
+    fail(std::to_string(p.speeds.size()) + " speed factors for " + std::to_string(n) + " GPUs");
+  std::map<int, double> round_end;  // round -> latest end of its steps
+  for (const auto& st : p.steps) round_end[st.round] = std::max(round_end[st.round], st.end_s());
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& st = p.steps[i];
+    double barrier = 0;
+    for (auto it = round_end.begin(); it != round_end.end() && it->first < st.round; ++it) barrier = std::max(barrier, it->second);
+    if (st.start_s < barrier - 1e-9 * std::max(1.0, barrier))
+      fail("step " + std::to_string(i) + " of round " + std::to_string(st.round) + " starts at " + std::to_string(st.start_s) +
+           " s, before its earlier rounds end at " + std::to_string(barrier) + " s");
   }
   // No GPU runs two steps at once (so a gang step starts only when all members are free).
   for (int r = 0; r < n; ++r) {

@@ -17,6 +17,9 @@
 /// 7. loss weights: token mean or sample mean, so summed gradients are the full-batch gradient.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
+/// With per-GPU `speeds` (straggler-aware planning) a step lasts its cost model time over its
+/// slowest member's speed; gang steps go to the block where they end earliest and slow GPUs
+/// get fewer sp = 1 sequences.
 
 #include <algorithm>
 #include <cmath>
@@ -50,8 +53,11 @@ class dcp_planning {
   using load_t = typename C::load_type;
 
  public:
-  dcp_planning(const C& cost, const Recompute& recompute, bool inter, bool intra, std::size_t moves)
-      : cost_(cost), recompute_(recompute), inter_(inter), intra_(intra), moves_(moves) {}
+  dcp_planning(const C& cost, const Recompute& recompute, bool inter, bool intra, std::size_t moves,
+               std::span<const double> speeds = {})
+      : cost_(cost), recompute_(recompute), inter_(inter), intra_(intra), moves_(moves), speeds_(speeds) {
+    validate_speeds(speeds, cost.gpus());
+  }
 
   plan run(std::span<const sequence> batch, loss_normalization norm, infeasible_policy policy,
            const std::string& method) {
@@ -140,7 +146,12 @@ class dcp_planning {
       estimate(it);
       total += it.estimate;
     }
-    share_ = total / cost_.gpus();
+    double capacity = cost_.gpus();
+    if (!speeds_.empty()) {
+      capacity = 0;
+      for (double v : speeds_) capacity += v;
+    }
+    share_ = total / capacity;
     const double share = share_;
     for (auto& it : items_) {
       if (it.options[it.choice].time_s <= share) continue;
@@ -208,7 +219,7 @@ class dcp_planning {
   /// Steps 3-6 for the current sp choices.
   plan build(const std::string& method, loss_normalization norm) {
     const buddy_groups groups{cost_.gpus(), cost_.gpus_per_node()};
-    plan_builder<C> b(cost_, method);
+    plan_builder<C> b(cost_, method, speeds_);
     std::vector<std::vector<std::size_t>> by_sp(sps_.size());
     for (std::size_t i = 0; i < items_.size(); ++i) by_sp[sp_index(sp_of(items_[i]))].push_back(i);
 
@@ -231,10 +242,11 @@ class dcp_planning {
     for (const auto& g : gang) {  // widest first keeps each block's members in step
       const int n_blocks = groups.block_count(g.sp);
       rank_block best = groups.block(g.sp, 0);
-      double best_ready = b.ready(best);
+      double best_ready = b.ready(best) + (speeds_.empty() ? 0.0 : g.time / b.speed_of(best));
       for (int i = 1; i < n_blocks; ++i) {
         const rank_block blk = groups.block(g.sp, i);
-        const double r = b.ready(blk);
+        // With speeds, the block where the step ends earliest (a slow block may start sooner).
+        const double r = b.ready(blk) + (speeds_.empty() ? 0.0 : g.time / b.speed_of(blk));
         if (r < best_ready) best = blk, best_ready = r;
       }
       b.place(b.make_step(sequences_of(g), best, g.k));
@@ -254,13 +266,13 @@ class dcp_planning {
       auto [load, r] = least.top();
       least.pop();
       on[static_cast<std::size_t>(r)].push_back(m);
-      least.push({load + items_[m].estimate, r});
+      least.push({load + items_[m].estimate / b.speed_of(r), r});
     }
     std::vector<std::vector<step_group>> steps(static_cast<std::size_t>(n));
     std::set<slot> finish;
     for (int r = 0; r < n; ++r) {
       steps[static_cast<std::size_t>(r)] = pack(on[static_cast<std::size_t>(r)], 1);
-      finish.insert({b.free_at(r) + total_time(steps[static_cast<std::size_t>(r)]), r});
+      finish.insert({b.free_at(r) + total_time(steps[static_cast<std::size_t>(r)]) / b.speed_of(r), r});
     }
     rebalance(b, on, steps, finish);
     for (int r = 0; r < n; ++r)
@@ -300,7 +312,8 @@ class dcp_planning {
           from2.erase(std::find(from2.begin(), from2.end(), m));
           to2.push_back(m);
           auto s_from = pack(from2, 1), s_to = pack(to2, 1);
-          const double nf = b.free_at(hi) + total_time(s_from), nt = b.free_at(lo) + total_time(s_to);
+          const double nf = b.free_at(hi) + total_time(s_from) / b.speed_of(hi),
+                       nt = b.free_at(lo) + total_time(s_to) / b.speed_of(lo);
           if (std::max(nf, nt) < f_hi * (1 - 1e-12)) {
             finish.erase({f_hi, hi});
             finish.erase({f_lo, lo});
@@ -325,6 +338,7 @@ class dcp_planning {
     double round_start = 0;
     std::vector<char> busy(static_cast<std::size_t>(n));
     while (!pending.empty()) {
+      if (round_start > 0) b.barrier();
       std::fill(busy.begin(), busy.end(), 0);
       double round_end = round_start;
       std::vector<step_group> later;
@@ -397,6 +411,7 @@ class dcp_planning {
   const Recompute& recompute_;
   bool inter_, intra_;
   std::size_t moves_;
+  std::span<const double> speeds_;  // per GPU, empty = all 1
   std::vector<item> items_;
   std::vector<sequence> planned_;  // items' sequences, sorted by id
   std::vector<int> sps_;
@@ -414,6 +429,7 @@ struct dcp_planner {
   bool inter = true;  ///< balance gradient accumulation across groups (DCP-inter)
   bool intra = true;  ///< per-step selective recompute (DCP-intra); false = every block checkpointed
   std::size_t improve_moves = 4096;  ///< improvement budget, in evaluated moves (deterministic)
+  std::vector<double> speeds;        ///< per-GPU speed factors (straggler-aware); empty = all 1
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
 
@@ -427,14 +443,15 @@ struct dcp_planner {
   template <cost_model C, class Recompute = selective_recompute>
     requires recompute_policy<Recompute>
   dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
-    detail::dcp_planning<C, Recompute> planning(cost, recompute, inter, intra, improve_moves);
+    detail::dcp_planning<C, Recompute> planning(cost, recompute, inter, intra, improve_moves, speeds);
     return planning.run(batch, loss, on_infeasible, name());
   }
 
   friend bool operator==(const dcp_planner&, const dcp_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const dcp_planner& p) {
     return os << "dcp_planner{inter=" << p.inter << ", intra=" << p.intra << ", improve_moves=" << p.improve_moves
-              << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
+              << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << ", speeds=" << p.speeds.size()
+              << " factors}";
   }
 };
 

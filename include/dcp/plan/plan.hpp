@@ -46,13 +46,19 @@ struct planned_sequence {
 };
 
 /// One micro-step: sequences run together on `ranks` (an aligned block of `ranks.size` = sp GPUs).
+/// Execution order is explicit, so a plan runs correctly on any clock: each rank runs its steps
+/// in plan order, a gang step starts when all its members are free, and a step of round r + 1
+/// starts only after every step of round r has ended on every GPU (a global barrier, such as
+/// the gradient all-reduce between lockstep iterations). Start times are the planner's
+/// prediction on its cost model, never a rule.
 struct plan_step {
   rank_block ranks;
   int checkpointed_blocks = 0;
-  double start_s = 0;       ///< gang start: all members free
-  double time_s = 0;        ///< cost model time of the step
+  double start_s = 0;       ///< gang start: all members free and earlier rounds ended
+  double time_s = 0;        ///< cost model time of the step (over its slowest member's speed)
   double memory_bytes = 0;  ///< cost model memory per GPU of the step
   std::vector<planned_sequence> sequences;
+  int round = 0;  ///< barrier round: waits for every step of earlier rounds
 
   int sp() const noexcept { return ranks.size; }
   double end_s() const noexcept { return start_s + time_s; }
@@ -77,6 +83,7 @@ struct plan {
   double makespan_s = 0;         ///< end of the last step
   double lower_bound_s = 0;      ///< DESIGN section 3 lower bound of the batch
   std::vector<skipped_sequence> skipped;
+  std::vector<double> speeds;    ///< per-GPU speed factors the plan was made for; empty = all 1
 
   /// lower bound / makespan, in (0, 1] (1 for an empty plan).
   double efficiency() const noexcept { return makespan_s > 0 ? lower_bound_s / makespan_s : 1.0; }
@@ -115,6 +122,7 @@ struct plan {
       mix(static_cast<std::uint64_t>(s.ranks.first));
       mix(static_cast<std::uint64_t>(s.ranks.size));
       mix(static_cast<std::uint64_t>(s.checkpointed_blocks));
+      mix(static_cast<std::uint64_t>(s.round));
       mix_double(s.start_s);
       mix(static_cast<std::uint64_t>(s.sequences.size()));
       for (const auto& q : s.sequences) {
@@ -124,6 +132,7 @@ struct plan {
       }
     }
     for (const auto& k : skipped) mix(static_cast<std::uint64_t>(k.id));
+    for (double v : speeds) mix_double(v);
     return h;
   }
 

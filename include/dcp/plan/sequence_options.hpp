@@ -133,10 +133,23 @@ std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence
   return out;
 }
 
+/// The speed of the fastest aligned block of `sp` GPUs: the largest, over blocks, of the
+/// slowest member's factor.
+inline double fastest_block_speed(std::span<const double> speeds, int sp) noexcept {
+  double best = 0;
+  for (std::size_t first = 0; first + static_cast<std::size_t>(sp) <= speeds.size(); first += static_cast<std::size_t>(sp))
+    best = std::max(best, *std::min_element(speeds.begin() + static_cast<std::ptrdiff_t>(first),
+                                            speeds.begin() + static_cast<std::ptrdiff_t>(first) + sp));
+  return best > 0 ? best : 1.0;
+}
+
 /// Lower bound of DESIGN section 3 for a set of (feasible) sequences:
 /// max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
+/// With per-GPU speed factors s_r (empty = all 1) a step lasts its time over its slowest
+/// member's speed, so the bound becomes max( sum_i W_i / sum_r s_r,
+/// max_i min_sp t_i(sp, kmin_i(sp)) / s_best(sp) ), s_best(sp) the fastest aligned block of sp.
 template <cost_model C>
-double lower_bound(const C& cost, std::span<const sequence> batch) {
+double lower_bound(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
   // Summed in id order: the bound must not depend on the order a rank received the batch in.
   std::vector<const sequence*> by_id;
   by_id.reserve(batch.size());
@@ -149,13 +162,16 @@ double lower_bound(const C& cost, std::span<const sequence> batch) {
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
     for (const auto& o : options_of(cost, load)) {
       w = std::min(w, cost.work_floor(load, o.sp, o.checkpointed_blocks));
-      t = std::min(t, o.time_s);
+      t = std::min(t, speeds.empty() ? o.time_s : o.time_s / fastest_block_speed(speeds, o.sp));
     }
     if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
     work += w;
     longest = std::max(longest, t);
   }
-  return std::max(work / cost.gpus(), longest);
+  if (speeds.empty()) return std::max(work / cost.gpus(), longest);
+  double total = 0;
+  for (double v : speeds) total += v;
+  return std::max(work / total, longest);
 }
 
 /// Sets every planned sequence's loss weight so the weights sum to 1 over the plan

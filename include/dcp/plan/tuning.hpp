@@ -143,20 +143,17 @@ inline std::uint64_t batch_digest(std::span<const sequence> batch) noexcept {
 
 /// Runs `micro` (micro-batches, in order) as a static data-parallel system does: D = N / sp
 /// data-parallel groups (aligned blocks of sp ranks; ranks past D * sp stay idle), one
-/// micro-batch per group per iteration, every iteration starting when the previous one's slowest
-/// group finishes (the gradient all-reduce is a barrier). Every step checkpoints `k` blocks.
+/// micro-batch per group per iteration, every iteration a round of its own that starts when the
+/// previous one's slowest group finishes (the gradient all-reduce is a barrier). Every step
+/// checkpoints `k` blocks.
 template <cost_model C>
 void deal_synchronised(plan_builder<C>& builder, const C& cost, const std::vector<std::vector<sequence>>& micro,
                        int sp, int k) {
   const int groups = std::max(1, cost.gpus() / sp);
-  double iteration_start = 0;
   for (std::size_t first = 0; first < micro.size(); first += static_cast<std::size_t>(groups)) {
-    double iteration_end = iteration_start;
-    for (int g = 0; g < groups && first + static_cast<std::size_t>(g) < micro.size(); ++g) {
-      const auto& mb = micro[first + static_cast<std::size_t>(g)];
-      iteration_end = std::max(iteration_end, builder.place(builder.make_step(mb, rank_block{g * sp, sp}, k), iteration_start));
-    }
-    iteration_start = iteration_end;
+    if (first > 0) builder.barrier();
+    for (int g = 0; g < groups && first + static_cast<std::size_t>(g) < micro.size(); ++g)
+      builder.place(builder.make_step(micro[first + static_cast<std::size_t>(g)], rank_block{g * sp, sp}, k));
   }
 }
 

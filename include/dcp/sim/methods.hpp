@@ -3,7 +3,9 @@
 /// The methods a comparison runs, by name: `dcp`, `dcp-no-inter`, `dcp-no-intra` (and
 /// `dcp-no-inter-no-intra`), `bucket`, `packed`, `dynamic_cp`. `with_method` builds the planner a
 /// name stands for, tunes it on the dataset when the method is a tuned system (bucket, packed,
-/// dynamic_cp), and hands it to a callable; `run_method` simulates it.
+/// dynamic_cp), and hands it to a callable; `run_method` simulates it, on the cost model's clock or
+/// executed on a truth (`sim/execute.hpp`), where `oracle` is also a method: the dcp planner
+/// planning on the truth's deterministic part and speeds.
 
 #include <algorithm>
 #include <array>
@@ -22,7 +24,9 @@
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/sequence.hpp>
+#include <dcp/sim/execute.hpp>
 #include <dcp/sim/simulator.hpp>
+#include <dcp/sim/truth.hpp>
 
 namespace dcp::sim {
 
@@ -34,11 +38,22 @@ inline constexpr std::array<std::string_view, 7> method_names{
 inline constexpr std::array<std::string_view, 6> default_methods{"dcp",    "dcp-no-inter", "dcp-no-intra",
                                                                   "bucket", "packed",       "dynamic_cp"};
 
-/// Throws `dcp::error(errc::invalid_argument)` listing the valid names unless `name` is one.
-inline void validate_method(std::string_view name) {
+/// The method that plans on the truth itself (a run on a truth only).
+inline constexpr std::string_view oracle_method = "oracle";
+
+/// Throws `dcp::error(errc::invalid_argument)` listing the valid names unless `name` is one
+/// (`oracle` counts when `on_truth`).
+inline void validate_method(std::string_view name, bool on_truth = false) {
   if (std::find(method_names.begin(), method_names.end(), name) != method_names.end()) return;
+  if (name == oracle_method) {
+    check(on_truth, errc::invalid_argument, [] {
+      return std::string("method 'oracle' plans on a truth clock; give --truth SPEC or --truth-profile FILE");
+    });
+    return;
+  }
   std::string list;
   for (auto n : method_names) list += (list.empty() ? "" : ", ") + std::string(n);
+  if (on_truth) list += ", " + std::string(oracle_method);
   throw error(errc::invalid_argument, "unknown method '" + std::string(name) + "'; use one of " + list);
 }
 
@@ -99,6 +114,31 @@ run_result run_method(std::string_view name, const C& cost, std::span<const sequ
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;
     if constexpr (requires { planner.tuned_setting(cost); }) r.metrics.tuned = planner.tuned_setting(cost);
+    return r;
+  });
+}
+
+/// Simulates method `name` on `batches`, every plan executed on the truth `t`. `oracle` is the
+/// dcp planner planning on `t.model` with `t.speeds` (the truth without its jitter); every other
+/// method plans on `cost` as it does without a truth.
+template <cost_model C, cost_model T>
+truth_run_result run_method(std::string_view name, const C& cost, std::span<const sequence> data,
+                            std::span<const std::vector<sequence>> batches, const method_settings& s,
+                            const truth<T>& t, const options& opt = {}) {
+  validate_method(name, true);
+  if (name == oracle_method) {
+    dcp_planner p;
+    p.loss = s.loss;
+    p.on_infeasible = s.on_infeasible;
+    p.speeds = t.speeds;
+    truth_run_result r = simulate(t.model, p, batches, t, opt);
+    r.metrics.method = std::string(name);
+    return r;
+  }
+  return with_method(name, cost, data, s, [&](const auto& planner, double tune_seconds) {
+    truth_run_result r = simulate(cost, planner, batches, t, opt);
+    r.metrics.method = std::string(name);
+    r.metrics.tune_seconds = tune_seconds;
     return r;
   });
 }

@@ -55,6 +55,7 @@ struct run_metrics {
   std::int64_t tokens = 0;      ///< planned model tokens
   std::int64_t skipped = 0;     ///< sequences left out under `infeasible_policy::skip`
   std::int64_t steps = 0;
+  std::int64_t oom_steps = 0;   ///< steps over memory on a truth clock (`sim/execute.hpp`); 0 on the model's
   double makespan_s = 0;        ///< summed makespans: the epoch's training time
   double lower_bound_s = 0;     ///< summed lower bounds
   double tokens_per_s = 0;      ///< tokens / makespan_s
@@ -68,8 +69,8 @@ struct run_metrics {
   std::vector<double> busy_s;   ///< per GPU: seconds in steps over the run
   std::vector<double> idle_s;   ///< per GPU: makespan_s - busy_s
 
-  /// Adds one batch's plan, planned in `seconds` of wall-clock time.
-  void add(const plan& p, double seconds) {
+  /// Adds one batch's plan, planned in `seconds` of wall-clock time, `oom` of its steps over memory.
+  void add(const plan& p, double seconds, std::int64_t oom = 0) {
     std::vector<double> busy;
     const plan_metrics m = measure(p, &busy);
     if (method.empty()) method = p.method;
@@ -77,7 +78,7 @@ struct run_metrics {
     if (busy_s.size() < busy.size()) busy_s.resize(busy.size(), 0.0);
     for (std::size_t r = 0; r < busy.size(); ++r) busy_s[r] += busy[r];
     ++batches;
-    sequences += m.sequences, tokens += m.tokens, skipped += m.skipped, steps += m.steps;
+    sequences += m.sequences, tokens += m.tokens, skipped += m.skipped, steps += m.steps, oom_steps += oom;
     makespan_s += m.makespan_s, lower_bound_s += m.lower_bound_s;
     imbalance_sum_ += m.imbalance;
     peak_memory_bytes = std::max(peak_memory_bytes, m.peak_memory_bytes);

@@ -13,13 +13,26 @@
 /// ```
 /// `shape` is [T, S] (1D sequences: [1, n]); `tokens` adds the model's text tokens. A batch
 /// that skipped sequences (`infeasible_policy::skip`) also lists them under "skipped" as
-/// {"id", "tokens", "reason"}; the key is absent otherwise.
+/// {"id", "tokens", "reason"}; the key is absent otherwise. Every step carries its barrier
+/// "round" (`plan_step::round`), and a plan made for per-GPU speed factors lists them under the
+/// batch's "speeds".
+///
+/// `read_plan_json` reads such a document back. Files written before rounds existed have no
+/// "round" key: their steps all read as round 0 (no barriers, gang starts only), which is exact
+/// for dcp and dynamic_cp plans; lockstep plans (bucket, packed, dcp-no-inter) must be written
+/// again to carry their barriers.
 
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <istream>
+#include <limits>
 #include <ostream>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +41,7 @@
 #include <dcp/error.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/sequence.hpp>
 
 namespace dcp::sim {
 
@@ -69,6 +83,7 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
                      {"time_s", s.time_s},
                      {"memory_bytes", s.memory_bytes},
                      {"checkpointed_blocks", s.checkpointed_blocks},
+                     {"round", s.round},
                      {"sequences", std::move(seqs)}});
   }
   nlohmann::ordered_json b = {{"index", index},
@@ -80,6 +95,7 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
     for (const auto& k : p.skipped) skipped.push_back({{"id", k.id}, {"tokens", k.tokens}, {"reason", k.reason}});
     b["skipped"] = std::move(skipped);
   }
+  if (!p.speeds.empty()) b["speeds"] = p.speeds;
   return b;
 }
 
@@ -120,6 +136,154 @@ void write_plan_json(const std::filesystem::path& path, const C& cost, std::span
   check(out.is_open(), errc::io_error, [&] { return "cannot write plan JSON to '" + path.string() + "'"; });
   write_plan_json(out, cost, plans);
   check(out.good(), errc::io_error, [&] { return "writing plan JSON to '" + path.string() + "' failed"; });
+}
+
+/// A plan JSON document read back: the job it was made for and its plans, one per batch.
+struct plan_document {
+  std::string method;
+  int gpus = 0;
+  int gpus_per_node = 0;
+  double memory_capacity_bytes = 0;
+  std::string model;   ///< the model's name
+  std::string device;  ///< the device's name
+  std::vector<plan> plans;
+  friend bool operator==(const plan_document&, const plan_document&) = default;
+};
+
+/// Reads a `dcp.plan/v1` document; `source` names it in errors. Throws
+/// `dcp::error(errc::parse_error)` naming the field for malformed JSON, a wrong format, a missing
+/// or mistyped field, or a step whose ranks are not `sp` consecutive GPUs inside the job.
+inline plan_document read_plan_json(std::istream& in, std::string_view source = "plan") {
+  const std::string src(source);
+  auto fail = [&](const std::string& what) -> void {
+    throw error(errc::parse_error, "dcp.plan/v1 '" + src + "': " + what);
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("not valid JSON (") + e.what() + ")");
+  }
+  // Integers must be JSON integers in range (get<int>() on 1e54 is undefined behaviour).
+  auto integer = [&](const nlohmann::json& v, const std::string& field, std::int64_t lo, std::int64_t hi) {
+    bool ok = false;
+    std::int64_t x = 0;
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      ok = u <= static_cast<std::uint64_t>(hi);
+      x = ok ? static_cast<std::int64_t>(u) : 0;
+      ok = ok && x >= lo;
+    } else if (v.is_number_integer()) {
+      x = v.get<std::int64_t>();
+      ok = x >= lo && x <= hi;
+    }
+    if (!ok) fail("field '" + field + "' = " + v.dump() + " is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  };
+  auto number = [&](const nlohmann::json& v, const std::string& field) {
+    if (!v.is_number()) fail("field '" + field + "' = " + v.dump() + " is not a number");
+    return v.get<double>();
+  };
+  auto at = [&](const nlohmann::json& o, const char* key, const std::string& where) -> const nlohmann::json& {
+    if (!o.is_object() || !o.contains(key)) fail(where + " has no \"" + key + "\"");
+    return o.at(key);
+  };
+  constexpr std::int64_t int_max = std::numeric_limits<int>::max(), i64_max = std::numeric_limits<std::int64_t>::max();
+  plan_document doc;
+  try {
+    if (!j.is_object() || j.value("format", std::string()) != "dcp.plan/v1")
+      fail("unknown format '" + (j.is_object() ? j.value("format", std::string()) : std::string()) +
+           "'; expected \"dcp.plan/v1\"");
+    doc.method = at(j, "method", "the document").get<std::string>();
+    doc.gpus = static_cast<int>(integer(at(j, "gpus", "the document"), "gpus", 1, int_max));
+    doc.gpus_per_node = static_cast<int>(integer(at(j, "gpus_per_node", "the document"), "gpus_per_node", 1, int_max));
+    doc.memory_capacity_bytes = number(at(j, "memory_capacity_bytes", "the document"), "memory_capacity_bytes");
+    doc.model = at(at(j, "model", "the document"), "name", "\"model\"").get<std::string>();
+    doc.device = at(at(j, "device", "the document"), "name", "\"device\"").get<std::string>();
+    const auto& batches = at(j, "batches", "the document");
+    if (!batches.is_array()) fail("\"batches\" is not an array");
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      const std::string wb = "batch " + std::to_string(b);
+      const auto& jb = batches[b];
+      plan p;
+      p.method = doc.method, p.gpus = doc.gpus, p.gpus_per_node = doc.gpus_per_node;
+      p.memory_capacity_bytes = doc.memory_capacity_bytes;
+      p.makespan_s = number(at(jb, "makespan_s", wb), wb + " makespan_s");
+      p.lower_bound_s = number(at(jb, "lower_bound_s", wb), wb + " lower_bound_s");
+      const auto& steps = at(jb, "steps", wb);
+      if (!steps.is_array()) fail(wb + " \"steps\" is not an array");
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const std::string ws = wb + " step " + std::to_string(i);
+        const auto& js = steps[i];
+        plan_step st;
+        const auto& ranks = at(js, "ranks", ws);
+        const auto sp = integer(at(js, "sp", ws), ws + " sp", 1, doc.gpus);
+        if (!ranks.is_array() || static_cast<std::int64_t>(ranks.size()) != sp)
+          fail(ws + ": \"ranks\" must list sp = " + std::to_string(sp) + " GPUs");
+        for (std::size_t r = 0; r < ranks.size(); ++r) {
+          const auto rank = integer(ranks[r], ws + " ranks[" + std::to_string(r) + "]", 0, doc.gpus - 1);
+          if (r == 0) st.ranks.first = static_cast<int>(rank);
+          else if (rank != st.ranks.first + static_cast<std::int64_t>(r))
+            fail(ws + ": \"ranks\" must be consecutive GPUs (a block), got " + ranks.dump());
+        }
+        st.ranks.size = static_cast<int>(sp);
+        if (st.ranks.end() > doc.gpus) fail(ws + ": ranks run past GPU " + std::to_string(doc.gpus - 1));
+        st.checkpointed_blocks = static_cast<int>(integer(at(js, "checkpointed_blocks", ws), ws + " checkpointed_blocks", 0, int_max));
+        st.start_s = number(at(js, "start_s", ws), ws + " start_s");
+        st.time_s = number(at(js, "time_s", ws), ws + " time_s");
+        st.memory_bytes = number(at(js, "memory_bytes", ws), ws + " memory_bytes");
+        // Files written before rounds existed: every step in round 0 (see the file comment).
+        if (js.contains("round")) st.round = static_cast<int>(integer(js.at("round"), ws + " round", 0, int_max));
+        const auto& seqs = at(js, "sequences", ws);
+        if (!seqs.is_array()) fail(ws + " \"sequences\" is not an array");
+        for (std::size_t q = 0; q < seqs.size(); ++q) {
+          const std::string wq = ws + " sequence " + std::to_string(q);
+          const auto& jq = seqs[q];
+          planned_sequence ps;
+          ps.id = integer(at(jq, "id", wq), wq + " id", std::numeric_limits<std::int64_t>::min() / 2, i64_max);
+          ps.tokens = integer(at(jq, "tokens", wq), wq + " tokens", 1, i64_max);
+          const auto& shape = at(jq, "shape", wq);
+          if (!shape.is_array() || shape.size() != 2) fail(wq + ": \"shape\" must be [T, S]");
+          ps.frames = integer(shape[0], wq + " shape[0]", 1, max_shape_tokens);
+          ps.spatial = integer(shape[1], wq + " shape[1]", 1, max_shape_tokens);
+          ps.loss_weight = number(at(jq, "loss_weight", wq), wq + " loss_weight");
+          st.sequences.push_back(ps);
+        }
+        p.steps.push_back(std::move(st));
+      }
+      if (jb.contains("skipped")) {
+        const auto& sk = jb.at("skipped");
+        if (!sk.is_array()) fail(wb + " \"skipped\" is not an array");
+        for (std::size_t q = 0; q < sk.size(); ++q) {
+          const std::string wq = wb + " skipped " + std::to_string(q);
+          p.skipped.push_back({integer(at(sk[q], "id", wq), wq + " id", std::numeric_limits<std::int64_t>::min() / 2, i64_max),
+                               integer(at(sk[q], "tokens", wq), wq + " tokens", 0, i64_max),
+                               at(sk[q], "reason", wq).get<std::string>()});
+        }
+      }
+      if (jb.contains("speeds")) {
+        const auto& sp = jb.at("speeds");
+        if (!sp.is_array() || static_cast<int>(sp.size()) != doc.gpus)
+          fail(wb + " \"speeds\" must list one factor per GPU (" + std::to_string(doc.gpus) + ")");
+        for (std::size_t r = 0; r < sp.size(); ++r) {
+          const double v = number(sp[r], wb + " speeds[" + std::to_string(r) + "]");
+          if (!(v > 0) || !std::isfinite(v)) fail(wb + " speeds[" + std::to_string(r) + "] = " + sp[r].dump() + " must be positive");
+          p.speeds.push_back(v);
+        }
+      }
+      doc.plans.push_back(std::move(p));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("malformed (") + e.what() + ")");
+  }
+  return doc;
+}
+
+/// Reads the plan JSON file at `path`; throws `dcp::error(errc::io_error)` when it cannot be opened.
+inline plan_document read_plan_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  check(in.is_open(), errc::io_error, [&] { return "cannot open plan JSON '" + path.string() + "'"; });
+  return read_plan_json(in, path.string());
 }
 
 }  // namespace dcp::sim

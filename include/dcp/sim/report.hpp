@@ -2,6 +2,7 @@
 /// \file
 /// The comparison table of DESIGN section 7, as text and as JSON: per method tokens/s, speedup
 /// vs bucket, efficiency vs the lower bound, imbalance, peak memory, plan time (and skipped).
+/// A run executed on a truth clock names it on a second line and adds an `OOM steps` column.
 
 #include <cmath>
 #include <cstdint>
@@ -26,6 +27,8 @@ struct comparison_header {
   std::int64_t sequences = 0;  ///< sequences of the dataset
   std::int64_t tokens = 0;     ///< model tokens of the dataset
   std::int64_t batches = 0;
+  std::string truth{};           ///< the truth SPEC (or profile) plans ran on; empty = the cost model's clock
+  std::uint64_t truth_seed = 0;  ///< the jitter seed of the truth
   friend bool operator==(const comparison_header&, const comparison_header&) = default;
 };
 
@@ -67,11 +70,16 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
   os << h.workload << ": " << h.sequences << " sequences, " << detail::format("%.1f", static_cast<double>(h.tokens) / 1e6)
      << "M tokens in " << h.batches << " global batches; " << h.model << " on " << h.gpus << " x " << h.device << " ("
      << h.gpus_per_node << " per node)\n";
+  const bool on_truth = !h.truth.empty();
+  if (on_truth)
+    os << "executed on truth " << h.truth << " (jitter seed " << h.truth_seed
+       << "); efficiency against the truth's lower bound\n";
   bool any_skipped = false;
   for (const auto& r : rows) any_skipped = any_skipped || r.skipped > 0;
   os << detail::pad("method", 22, true) << detail::pad("tokens/s", 12) << detail::pad("vs bucket", 11)
      << detail::pad("efficiency", 12) << detail::pad("imbalance", 11) << detail::pad("peak memory", 13)
-     << detail::pad("plan time", 11) << (any_skipped ? detail::pad("skipped", 9) : "") << "\n";
+     << detail::pad("plan time", 11) << (any_skipped ? detail::pad("skipped", 9) : "")
+     << (on_truth ? detail::pad("OOM steps", 11) : "") << "\n";
   for (const auto& r : rows) {
     const double speedup = speedup_vs_bucket(r, rows);
     os << detail::pad(r.method, 22, true) << detail::pad(detail::with_thousands(r.tokens_per_s), 12)
@@ -80,7 +88,8 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
        << detail::pad(detail::format("%.1f%%", 100 * r.imbalance), 11)
        << detail::pad(detail::format("%.1f GB", r.peak_memory_bytes / 1e9), 13)
        << detail::pad(detail::seconds_text(r.plan_seconds), 11)
-       << (any_skipped ? detail::pad(std::to_string(r.skipped), 9) : "") << "\n";
+       << (any_skipped ? detail::pad(std::to_string(r.skipped), 9) : "")
+       << (on_truth ? detail::pad(std::to_string(r.oom_steps), 11) : "") << "\n";
   }
   for (const auto& r : rows)
     if (!r.tuned.empty()) os << "  " << r.method << " tuned on the workload: " << r.tuned << "\n";
@@ -88,7 +97,8 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
 
 /// The table as one JSON object: {"workload", "model", "device", "gpus", "sequences", "tokens",
 /// "methods": [{"method", "tokens_per_s", "speedup_vs_bucket" (null without a bucket row),
-/// "efficiency", "imbalance", "peak_memory_bytes", "plan_seconds", "skipped"}]}.
+/// "efficiency", "imbalance", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps"}]};
+/// a run on a truth adds "truth" (the SPEC) and "truth_seed".
 inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<const run_metrics> rows) {
   nlohmann::ordered_json methods = nlohmann::ordered_json::array();
   for (const auto& r : rows) {
@@ -100,10 +110,14 @@ inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<c
                        {"imbalance", r.imbalance},
                        {"peak_memory_bytes", r.peak_memory_bytes},
                        {"plan_seconds", r.plan_seconds},
-                       {"skipped", r.skipped}});
+                       {"skipped", r.skipped},
+                       {"oom_steps", r.oom_steps}});
   }
-  return {{"workload", h.workload}, {"model", h.model},         {"device", h.device},  {"gpus", h.gpus},
-          {"sequences", h.sequences}, {"tokens", h.tokens}, {"methods", std::move(methods)}};
+  nlohmann::ordered_json out = {{"workload", h.workload}, {"model", h.model},   {"device", h.device},
+                                {"gpus", h.gpus},         {"sequences", h.sequences}, {"tokens", h.tokens}};
+  if (!h.truth.empty()) out["truth"] = h.truth, out["truth_seed"] = h.truth_seed;
+  out["methods"] = std::move(methods);
+  return out;
 }
 
 }  // namespace dcp::sim

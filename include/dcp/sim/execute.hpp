@@ -1,0 +1,156 @@
+#pragma once
+/// \file
+/// The executor: runs a plan on a truth clock (`sim/truth.hpp`, DESIGN section 8) and re-derives
+/// every start time; the plan's own start times are never used.
+///
+/// Rules (the same a training loop follows):
+///   - each GPU runs its steps in plan order; rounds are barriers: a step of round r starts only
+///     after every step of every earlier round has ended on every GPU;
+///   - a gang step starts when all its members are free and its round's barrier has passed;
+///   - a step lasts t_true(load, sp, k) / (slowest member's speed) * jitter, the jitter a
+///     log-normal factor exp(sigma z - sigma^2 / 2) (mean 1) with z drawn from
+///     derive_seed(derive_seed(seed, batch), step index) (dcp's own portable PRNG);
+///   - a step whose true memory exceeds the capacity is an out-of-memory step: counted, and
+///     charged as a third of its time (the forward pass up to where activations peak) plus a
+///     re-run with every block checkpointed; it keeps its true memory so the peak shows it;
+///   - the batch ends when the last GPU finishes.
+///
+/// Interfaces other code builds on (kept stable): `execution execute(plan, truth, batch_index)`,
+/// `simulate(cost, planner, batches, truth, options)`.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
+#include <dcp/sample/random.hpp>
+#include <dcp/sequence.hpp>
+#include <dcp/sim/simulator.hpp>
+#include <dcp/sim/truth.hpp>
+
+namespace dcp::sim {
+
+/// A plan as it ran on a truth.
+struct execution {
+  /// The plan with true start, time and memory per step (same step order), the true makespan,
+  /// and the lower bound of its sequences on the truth's deterministic part and speeds.
+  plan executed;
+  std::vector<char> oom;       ///< per step: true memory over capacity
+  std::int64_t oom_steps = 0;  ///< steps with `oom` set
+  friend bool operator==(const execution&, const execution&) = default;
+};
+
+/// The sequences a plan step runs, rebuilt from its entries.
+inline std::vector<sequence> sequences_of(const plan_step& s) {
+  std::vector<sequence> out;
+  out.reserve(s.sequences.size());
+  for (const auto& q : s.sequences) out.push_back({q.id, q.frames, q.spatial});
+  return out;
+}
+
+/// The jitter factor of step `index` of batch `batch` (1 when sigma is 0): log-normal, mean 1.
+inline double jitter_factor(double sigma, std::uint64_t seed, std::uint64_t batch, std::uint64_t index) {
+  if (sigma == 0) return 1.0;
+  xoshiro256ss g(derive_seed(derive_seed(seed, batch), index));
+  return std::exp(sigma * standard_normal(g) - sigma * sigma / 2);
+}
+
+/// Runs `p` on `t` (the executor rules of the file comment). `batch_index` selects the jitter
+/// stream, so every method sees independent but reproducible noise per batch.
+template <cost_model T>
+execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 0) {
+  const int n = t.model.gpus();
+  check(p.gpus == n, errc::invalid_argument, [&] {
+    return "plan for " + std::to_string(p.gpus) + " GPUs cannot run on a truth of " + std::to_string(n) + " GPUs";
+  });
+  execution out;
+  out.executed = p;
+  out.oom.assign(p.steps.size(), 0);
+  std::vector<std::size_t> order(p.steps.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return p.steps[a].round < p.steps[b].round; });
+
+  std::vector<double> free(static_cast<std::size_t>(n), 0.0);
+  std::vector<sequence> planned;
+  double barrier = 0, round_end = 0, makespan = 0;
+  int round = order.empty() ? 0 : p.steps[order.front()].round;
+  const int L = t.model.blocks();
+  for (std::size_t i : order) {
+    const plan_step& s = p.steps[i];
+    check(s.ranks.first >= 0 && s.ranks.size > 0 && s.ranks.end() <= n, errc::invalid_argument, [&] {
+      return "plan step " + std::to_string(i) + " runs on ranks [" + std::to_string(s.ranks.first) + ", " +
+             std::to_string(s.ranks.end()) + ") outside the " + std::to_string(n) + " GPUs";
+    });
+    if (s.round != round) barrier = std::max(barrier, round_end), round = s.round;
+    const auto seqs = sequences_of(s);
+    planned.insert(planned.end(), seqs.begin(), seqs.end());
+    typename T::load_type load{};
+    for (const auto& q : seqs) load = load + t.model.load_of(q);
+    const double slow = block_speed(t.speeds, s.ranks);
+    const double jitter = jitter_factor(t.jitter, t.seed, batch_index, i);
+    const int k = s.checkpointed_blocks;
+    double seconds = t.model.time(load, s.sp(), k);
+    const double memory = t.model.memory(load, s.sp(), k);
+    if (memory > t.model.capacity()) {
+      out.oom[i] = 1, ++out.oom_steps;
+      seconds = seconds / 3 + t.model.time(load, s.sp(), L);
+    }
+    if (!t.speeds.empty()) seconds /= slow;
+    if (t.jitter != 0) seconds *= jitter;
+
+    double start = barrier;
+    for (int r = s.ranks.first; r < s.ranks.end(); ++r) start = std::max(start, free[static_cast<std::size_t>(r)]);
+    plan_step& e = out.executed.steps[i];
+    e.start_s = start, e.time_s = seconds, e.memory_bytes = memory;
+    const double end = e.end_s();
+    for (int r = s.ranks.first; r < s.ranks.end(); ++r) free[static_cast<std::size_t>(r)] = end;
+    round_end = std::max(round_end, end);
+    makespan = std::max(makespan, end);
+  }
+  out.executed.makespan_s = makespan;
+  out.executed.speeds = t.speeds;
+  out.executed.lower_bound_s = lower_bound(t.model, planned, t.speeds);
+  return out;
+}
+
+/// What a run on a truth returns: the metrics on the truth, and (with `options::keep_plans`)
+/// the plans as made and as executed.
+struct truth_run_result {
+  run_metrics metrics;       ///< on the truth's clock; efficiency against the truth's lower bound
+  std::vector<plan> plans;     ///< as planned, on the planner's cost model
+  std::vector<plan> executed;  ///< as executed on the truth
+};
+
+/// Plans every batch with `planner` on `cost` and executes each plan on `t`; batch i uses jitter
+/// stream i.
+template <cost_model C, planner P, cost_model T>
+truth_run_result simulate(const C& cost, const P& planner, std::span<const std::vector<sequence>> batches,
+                          const truth<T>& t, const options& opt = {}) {
+  truth_run_result out;
+  out.metrics.method = planner.name();
+  out.metrics.gpus = cost.gpus();
+  out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating " + planner.name());
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    plan p = planner.plan(cost, std::span<const sequence>(batches[i]), selective_recompute{});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    execution e = execute(p, t, i);
+    out.metrics.add(e.executed, seconds, e.oom_steps);
+    if (opt.keep_plans) out.plans.push_back(std::move(p)), out.executed.push_back(std::move(e.executed));
+    progress.update(i + 1, batches.size());
+  }
+  return out;
+}
+
+}  // namespace dcp::sim
