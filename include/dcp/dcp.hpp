@@ -23,6 +23,7 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/cost/profiled_cost.hpp>
+#include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_cache.hpp>
@@ -53,6 +54,7 @@
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/scheduler.hpp>
 #include <dcp/sequence.hpp>
+#include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/metrics.hpp>
 #include <dcp/sim/plan_json.hpp>
@@ -60,5 +62,6 @@
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/svg.hpp>
 #include <dcp/sim/trace.hpp>
+#include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
 #include <dcp/workload/lengths_file.hpp>
