@@ -286,10 +286,11 @@ struct dynamic_cp_planner {
     const double cap = tall * limit * (1 + workload_cap_slack);
 
     std::vector<std::size_t> leftovers;
-    std::int64_t failed = -1;  // a length that just found no room: equal lengths find none either
+    constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+    std::size_t failed = none;  // the last sequence that found no room: an equal one finds none either
     for (std::size_t k = 1; k < remaining.size(); ++k) {
       const std::size_t i = remaining[k];
-      if (len[i] == failed) {
+      if (failed != none && len[i] == len[failed] && load[i] == load[failed]) {
         leftovers.push_back(i);
         continue;
       }
@@ -314,7 +315,7 @@ struct dynamic_cp_planner {
       }
       if (best_cp == 0) {
         leftovers.push_back(i);
-        failed = len[i];
+        failed = i;
         continue;
       }
       if (best_group < groups.size()) {
