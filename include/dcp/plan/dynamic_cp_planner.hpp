@@ -85,9 +85,11 @@ struct dynamic_cp_planner {
     return std::max<std::int64_t>(cp, min_cp_size);
   }
 
-  /// Throws `dcp::error(errc::invalid_argument)` naming the knob unless the knobs suit `cost`.
+  /// Throws `dcp::error(errc::invalid_argument)` naming the knob unless the knobs suit `cost`
+  /// (validated first).
   template <cost_model C>
   void validate(const C& cost) const {
+    if constexpr (requires { cost.validate(); }) cost.validate();
     const auto x_max = static_cast<std::int64_t>(max_tokens_per_gpu(cost));
     check(max_tokens_per_rank >= 0 && max_tokens_per_rank <= x_max, errc::invalid_argument, [&] {
       return "dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) + " must be in [1, " +
@@ -122,7 +124,7 @@ struct dynamic_cp_planner {
     return tuned(cost, feasible, tuning_batches(cost, data, budget, sampler_seed));
   }
 
-  /// "max 36,621 tokens per rank (x_max / 8)": the tuned setting, for reports.
+  /// "max 36583 tokens per rank (x_max / 8)": the tuned setting, for reports.
   template <cost_model C>
   std::string tuned_setting(const C& cost) const {
     const double ratio = max_tokens_per_gpu(cost) / static_cast<double>(std::max<std::int64_t>(1, max_tokens_per_rank));
@@ -149,8 +151,9 @@ struct dynamic_cp_planner {
       return tune(cost, batch).plan(cost, batch);  // self-tuning is tuning on the batch
     }
     std::vector<sequence> seqs;
+    const std::int64_t top = widest(cost);
     for (const auto& s : feasible_sequences(cost, batch, on_infeasible, skipped)) {
-      if (holds(cost, s)) {
+      if (holds(cost, s, top)) {
         seqs.push_back(s);
         continue;
       }
@@ -158,7 +161,7 @@ struct dynamic_cp_planner {
                               " tokens needs CP size " +
                               std::to_string(cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank)) +
                               " under dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) +
-                              ", over the widest legal group " + std::to_string(widest(cost)) +
+                              ", over the widest legal group " + std::to_string(top) +
                               "; raise max_tokens_per_rank, or 0 to tune";
       if (on_infeasible == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
       else throw error(errc::infeasible, why);
@@ -194,21 +197,23 @@ struct dynamic_cp_planner {
     return sps.empty() ? 1 : sps.back();
   }
 
-  // True when `s` gets a legal CP size under the current limit.
+  // True when `s` gets a CP size of at most `top` (the widest legal one) under the current limit.
   template <cost_model C>
-  bool holds(const C& cost, const sequence& s) const {
-    return cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank) <= widest(cost);
+  bool holds(const C& cost, const sequence& s, std::int64_t top) const {
+    return cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank) <= top;
   }
 
   template <cost_model C>
   dynamic_cp_planner tuned(const C& cost, std::span<const sequence> feasible,
                            const std::vector<std::vector<sequence>>& batches) const {
     dynamic_cp_planner best = *this;
+    best.max_tokens_per_rank = 0;
     double best_seconds = std::numeric_limits<double>::infinity();
+    const std::int64_t top = widest(cost);
     for (std::int64_t limit : limit_candidates(cost)) {
       dynamic_cp_planner p = *this;
       p.max_tokens_per_rank = limit;
-      if (!std::all_of(feasible.begin(), feasible.end(), [&](const sequence& s) { return p.holds(cost, s); })) continue;
+      if (!std::all_of(feasible.begin(), feasible.end(), [&](const sequence& s) { return p.holds(cost, s, top); })) continue;
       double seconds = 0;
       for (const auto& b : batches) seconds += p.plan(cost, std::span<const sequence>(b)).makespan_s;
       if (seconds < best_seconds) best_seconds = seconds, best = p;
