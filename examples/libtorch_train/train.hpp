@@ -31,6 +31,8 @@
 
 namespace libtorch_train {
 
+namespace F = torch::nn::functional;
+
 /// The `transformer_spec` dcp prices for the model: same L, h, heads, MLP, causal attention.
 inline dcp::transformer_spec spec_of(const gpt_config& c) {
   return {"libtorch-gpt", c.blocks, c.hidden, c.heads, c.mlp, 2, dcp::attention_kind::causal, 0};
@@ -135,11 +137,9 @@ step_report train_step(Scheduler& sched, gpt_impl& model, torch::optim::Optimize
     // The cost model prices exactly this model's blocks, so the plan's k applies as it is.
     const int k = std::min(st.checkpointed_blocks, model.config.blocks);
     const torch::Tensor logits = model.forward(mb.tokens, mb.positions, mb.context, k);
-    const torch::Tensor loss =
-        (torch::nn::functional::cross_entropy(logits, mb.targets,
-                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)) *
-         mb.weights)
-            .sum();
+    const torch::Tensor token_loss =
+        F::cross_entropy(logits, mb.targets, F::CrossEntropyFuncOptions().reduction(torch::kNone));
+    const torch::Tensor loss = (token_loss * mb.weights).sum();  // not averaged per rank
     loss.backward();
     loss_sum += loss.detach();
     r.recomputed += k;

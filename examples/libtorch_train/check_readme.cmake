@@ -1,0 +1,21 @@
+# Fails unless README.md shows train_step of examples/libtorch_train/train.hpp verbatim (docs are
+# compiled code).   -DSOURCE=<train.hpp> -DREADME=<README.md>
+file(READ "${SOURCE}" _source)
+file(READ "${README}" _readme)
+string(FIND "${_source}" "template <class Scheduler>\nstep_report train_step(" _begin)
+if(_begin LESS 0)
+  message(FATAL_ERROR "check_readme: no train_step in ${SOURCE}")
+endif()
+string(SUBSTRING "${_source}" ${_begin} -1 _rest)
+string(FIND "${_rest}" "\n}\n" _end)
+if(_end LESS 0)
+  message(FATAL_ERROR "check_readme: train_step in ${SOURCE} has no closing brace at the start of a line")
+endif()
+math(EXPR _length "${_end} + 3")
+string(SUBSTRING "${_rest}" 0 ${_length} _step)
+string(FIND "${_readme}" "${_step}" _at)
+if(_at LESS 0)
+  message(FATAL_ERROR "README.md no longer shows train_step of examples/libtorch_train/train.hpp verbatim; "
+                      "copy it into the section \"LibTorch\":\n${_step}")
+endif()
+message("README shows train_step of examples/libtorch_train verbatim")
