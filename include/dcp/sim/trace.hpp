@@ -67,6 +67,7 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
                      {"step", i},
                      {"sp", s.sp()},
                      {"checkpointed_blocks", s.checkpointed_blocks},
+                     {"round", s.round},
                      {"memory_bytes", s.memory_bytes},
                      {"tokens", tokens},
                      {"sequences", std::move(ids)}};
