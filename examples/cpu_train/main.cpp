@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@ struct arguments {
   std::int64_t batch_tokens = 0;  // 0: 1024 * ranks
   double fit_tokens = 512;
   bool profile = false;
+  double profile_budget = 30;  // seconds of runs for the profiler's batch doubling
   std::string profile_out, profile_in;
   bool quiet_plan = false;
 };
@@ -53,10 +55,12 @@ struct arguments {
       "usage: dcp-train-cpu [--local R] [--steps N] [--dtype float|double] [--planner dcp|bucket|packed]\n"
       "         [--optimizer sgd|adam] [--lr X] [--hidden H] [--heads A] [--mlp F] [--blocks L] [--vocab V]\n"
       "         [--causal] [--min-len N] [--max-len N] [--sequences N] [--global-batch-tokens N]\n"
-      "         [--fit-tokens N] [--seed S] [--profile] [--profile-out FILE] [--profile-in FILE] [--quiet-plan]\n"
+      "         [--fit-tokens N] [--seed S] [--profile] [--profile-budget S]\n"
+      "         [--profile-out FILE] [--profile-in FILE] [--quiet-plan]\n"
       "Without --local the ranks are the MPI processes (mpirun -np R dcp-train-cpu ...).\n"
       "--fit-tokens: the analytic planner's device holds this many tokens per rank with nothing checkpointed.\n"
-      "--profile: profile this model on this machine first (2-block truncation), then plan with the profile.\n");
+      "--profile: profile this model on this machine first (2-block truncation), then plan with the profile.\n"
+      "--profile-budget: seconds of runs the profiler may spend doubling batches (default 30, 0: no limit).\n");
   std::exit(code);
 }
 
@@ -92,6 +96,7 @@ arguments parse(int argc, char** argv) {
     else if (k == "--fit-tokens") a.fit_tokens = std::stod(value());
     else if (k == "--seed") a.data.seed = std::uint64_t(integer());
     else if (k == "--profile") a.profile = true;
+    else if (k == "--profile-budget") a.profile_budget = std::stod(value());
     else if (k == "--profile-out") a.profile_out = value();
     else if (k == "--profile-in") a.profile_in = value();
     else if (k == "--quiet-plan") a.quiet_plan = true;
@@ -156,6 +161,10 @@ void train(Comm& world, const arguments& a, Cost cost, Planner planner) {
     const auto s = train_step(sched, model, opt, a.data, batch.sequences);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(s.loss);
+    // Every plan keeps the plan laws under the cost model it was made with (a profile included).
+    if (const auto bad = dcp::plan_violations(s.plan, std::span<const dcp::sequence>(batch.sequences), sched.cost());
+        !bad.empty())
+      throw std::runtime_error("step " + std::to_string(i) + ": the plan breaks a plan law: " + bad.front());
     if (root && !a.quiet_plan) print_step(i, s, world.size(), a.model.blocks, sched.cost().blocks(), dt);
   }
   if (root) {
@@ -193,7 +202,8 @@ void run_with_planner(Comm& world, const arguments& a) {
       dcp::check(bool(in), dcp::errc::invalid_argument, [&] { return "cannot open profile " + a.profile_in; });
       table = dcp::read_profile(in, a.profile_in);
     } else {
-      table = profile_cpu_model<T>(a.model, a.data, world.size(), cpu_capacity<T>(a.model, a.fit_tokens), true);
+      table = profile_cpu_model<T>(a.model, a.data, world.size(), cpu_capacity<T>(a.model, a.fit_tokens), true,
+                                   a.sequences, 8, a.profile_budget);
       print_profile_report(table, check_extrapolation<T>(a.model, a.data, table));
       if (!a.profile_out.empty()) {
         std::ofstream out(a.profile_out);
@@ -211,7 +221,10 @@ void run_with_planner(Comm& world, const arguments& a) {
   world.broadcast(std::span<char>(text.data(), text.size()), 0);
   std::istringstream in(text);
   auto table = dcp::read_profile(in, "broadcast profile");
-  go(dcp::make_profiled_cost(std::move(table), spec, device.name, world.size()));
+  auto profiled = dcp::make_profiled_cost(std::move(table), spec, device.name, world.size());
+  if (world.rank() == 0)
+    report_profile_coverage(dcp::make_analytic_cost(spec, device, world.size()), profiled, a.data.make(a.sequences));
+  go(profiled);
 }
 
 template <class Comm>

@@ -11,11 +11,14 @@
 #include <iostream>
 #include <map>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <dcp/bucketing/geometric_bucketing.hpp>
 #include <dcp/comm/local.hpp>
+#include <dcp/cost/profiled_cost.hpp>
+#include <dcp/plan/sequence_options.hpp>
 #include <dcp/profile/profile_table.hpp>
 #include <dcp/profile/profiler.hpp>
 
@@ -59,10 +62,12 @@ void run_point(const tiny_transformer<T>& model, const synthetic_data& data, std
 }
 
 /// Profiles the model on the data's length groups (geometric, x2 from 32 tokens) for `world`
-/// ranks and `capacity` bytes per rank.
+/// ranks and `capacity` bytes per rank; the batch-doubling pass stops after `budget_s` seconds of
+/// runs (0: no limit). `report` (when set) gets what was measured and what left to extrapolation.
 template <class T>
 dcp::profile_table profile_cpu_model(const model_config& c, const synthetic_data& data, int world, double capacity,
-                                     bool progress, int sequences = 2000, int max_batch = 8) {
+                                     bool progress, int sequences = 2000, int max_batch = 8, double budget_s = 0,
+                                     dcp::profile_report* report = nullptr) {
   model_config one = c, two = c;
   one.blocks = 1;
   two.blocks = 2;
@@ -72,7 +77,9 @@ dcp::profile_table profile_cpu_model(const model_config& c, const synthetic_data
   opt.warmup = 1;
   opt.repeats = 2;
   opt.max_batch = max_batch;
+  opt.budget_s = budget_s;
   opt.progress = progress ? &std::cout : nullptr;
+  opt.report = report;
   const auto dataset = data.make(sequences);
   return dcp::profile_model(
       spec, "cpu-scaled", world, 8, capacity, static_bytes<T>(c), dcp::geometric_bucketing{64, 2.0, 1 << 20},
@@ -95,15 +102,24 @@ std::vector<extrapolation_check> check_extrapolation(const model_config& c, cons
                                                      const dcp::profile_table& t, std::size_t count = 4) {
   const tiny_transformer<T> full(c);
   std::vector<extrapolation_check> out;
-  // A few entries spread over the table (different lengths, sp, batch, k).
-  std::vector<const dcp::profile_entry*> picks;
+  // A few points spread over the table (different lengths, sp, batch), each at another
+  // recompute level in turn: fully checkpointed, none, half.
+  std::vector<const dcp::profile_entry*> points;
   for (const auto& e : t.entries)
-    if (e.checkpointed_blocks == 0 || e.checkpointed_blocks == c.blocks / 2 || e.checkpointed_blocks == c.blocks)
-      picks.push_back(&e);
-  const std::size_t stride = std::max<std::size_t>(1, picks.size() / count);
+    if (e.checkpointed_blocks == 0) points.push_back(&e);
+  const int levels[3] = {c.blocks, 0, c.blocks / 2};
+  std::vector<const dcp::profile_entry*> picks;
+  const std::size_t stride = std::max<std::size_t>(1, points.size() / count);
+  for (std::size_t i = stride / 2; i < points.size() && picks.size() < count; i += stride) {
+    const int k = levels[picks.size() % 3];
+    for (const auto& e : t.entries)
+      if (e.bucket == points[i]->bucket && e.sp == points[i]->sp && e.batch == points[i]->batch &&
+          e.checkpointed_blocks == k)
+        picks.push_back(&e);
+  }
   dcp::host_meter meter;
-  for (std::size_t i = stride / 2; i < picks.size() && out.size() < count; i += stride) {
-    const auto& e = *picks[i];
+  for (const dcp::profile_entry* pick : picks) {
+    const auto& e = *pick;
     std::vector<double> times;
     double mem = 0;
     for (int r = 0; r < 4; ++r) {
@@ -116,6 +132,40 @@ std::vector<extrapolation_check> check_extrapolation(const model_config& c, cons
                    e.memory_bytes - t.static_memory_bytes, mem});
   }
   return out;
+}
+
+/// Says how the profile covers the data: per sp, the longest length it measured and how many of
+/// the data's sequences are longer (priced by extrapolation), and which sequences the `reference`
+/// cost model fits (widest group, every block checkpointed) but the profile does not; those are
+/// refused by the planner, so they are listed here rather than discovered mid-run.
+template <dcp::cost_model Reference>
+void report_profile_coverage(const Reference& reference, const dcp::profiled_cost& profiled,
+                             const dcp::dataset& data) {
+  std::map<int, std::int64_t> longest;  // sp -> longest measured length
+  for (const auto& e : profiled.table().entries) longest[e.sp] = std::max(longest[e.sp], e.tokens);
+  std::ostringstream os;
+  os << "profile coverage:";
+  for (const auto& [sp, n] : longest) {
+    const auto beyond = std::count_if(data.begin(), data.end(), [&](const dcp::sequence& s) {
+      return profiled.tokens_of(s) > n;
+    });
+    os << " sp " << sp << " measured up to " << n << " tokens (" << beyond << " longer, extrapolated);";
+  }
+  const auto ref_sps = dcp::legal_sp_sizes(reference), sps = dcp::legal_sp_sizes(profiled);
+  std::vector<std::int64_t> refused;
+  for (const auto& s : data) {
+    const bool ref_fits = !ref_sps.empty() && reference.memory(reference.load_of(s), ref_sps.back(),
+                                                               reference.blocks()) <= reference.capacity();
+    const bool fits = !sps.empty() && profiled.memory(profiled.load_of(s), sps.back(), profiled.blocks()) <=
+                                          profiled.capacity();
+    if (ref_fits && !fits) refused.push_back(profiled.tokens_of(s));
+  }
+  os << " " << refused.size() << " sequences fit the analytic model but not the profile";
+  if (!refused.empty()) {
+    std::sort(refused.begin(), refused.end());
+    os << " (" << refused.front() << " to " << refused.back() << " tokens; the planner refuses them)";
+  }
+  std::printf("%s\n", os.str().c_str());
 }
 
 /// Prints issue 6's report: profiling cost vs exhaustive, and the extrapolation error.

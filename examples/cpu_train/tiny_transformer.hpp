@@ -274,8 +274,10 @@ class tiny_transformer {
  private:
   struct block_state {
     act<T> x_in, r1, a, qh, kh, vh, oh, lse, o, x1, r2, b, u, gu;
+    // Each buffer is swapped with an empty one: a chained `r1 = a = ... = act<T>()` copy-assigns
+    // an empty vector, which keeps the capacity and so frees nothing.
     void release_all_but_input() {
-      r1 = a = qh = kh = vh = oh = lse = o = x1 = r2 = b = u = gu = act<T>();
+      for (act<T>* v : {&r1, &a, &qh, &kh, &vh, &oh, &lse, &o, &x1, &r2, &b, &u, &gu}) act<T>().swap(*v);
     }
   };
 
