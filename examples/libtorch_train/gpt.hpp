@@ -138,7 +138,8 @@ struct checkpoint_function : torch::autograd::Function<checkpoint_function> {
 };
 }  // namespace detail
 
-/// `fn(x)`, keeping only `x` for backward, where `fn` runs again to rebuild the graph.
+/// `fn(x)`, keeping only `x` for backward, where `fn` runs again to rebuild the graph. The model
+/// has no dropout, so there is no random state to replay.
 inline torch::Tensor checkpoint(block_function fn, const torch::Tensor& x) {
   return detail::checkpoint_function::apply(x, std::move(fn));
 }
