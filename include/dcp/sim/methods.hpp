@@ -139,6 +139,7 @@ truth_run_result run_method(std::string_view name, const C& cost, std::span<cons
     truth_run_result r = simulate(cost, planner, batches, t, opt);
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;
+    if constexpr (requires { planner.tuned_setting(cost); }) r.metrics.tuned = planner.tuned_setting(cost);
     return r;
   });
 }
