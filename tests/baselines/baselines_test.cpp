@@ -169,6 +169,7 @@ TEST(Baselines, DynamicCpKeepsThePlanLawsOnRandomBatches) {
     EXPECT_EQ(p.hash(), q.hash()) << "self-tuning on a batch is tuning on it";
     check_gang_starts(q, "dynamic_cp");
     for (const auto& st : q.steps) {
+      EXPECT_EQ(st.round, 0) << "one plan round: no barrier between micro-batches";
       double per_rank = 0;
       for (const auto& r : st.sequences) {
         const auto n = tuned.scheduled_tokens(r.tokens, s.cost.gpus());
