@@ -10,10 +10,12 @@
 #include <dcp/bucketing/quantile_bucketing.hpp>
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/cost/profiled_cost.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
@@ -82,6 +84,36 @@ template <>
 struct sample<dcp::analytic_cost> {
   static dcp::analytic_cost draw(rng& g) { return dcp_test::random_cost(g); }
 };
+// A profile measured on a random analytic job: every (length, batch, sp, k) of one grid, so the
+// laws hold wherever the table interpolates (lengths 1..2^23 tokens cover every drawn step).
+template <>
+struct sample<dcp::profiled_cost> {
+  static dcp::profiled_cost draw(rng& g) {
+    const dcp::analytic_cost c = dcp_test::random_cost(g);
+    dcp::profile_table t;
+    t.model = c.model;
+    t.device = c.device.name;
+    t.gpus = c.gpus();
+    t.gpus_per_node = c.gpus_per_node();
+    t.memory_capacity_bytes = c.capacity();
+    t.static_memory_bytes = c.static_memory();
+    const int L = c.blocks();
+    const int ks[] = {0, L / 2, L};
+    for (std::int64_t n = 1; n <= (std::int64_t(1) << 23); n *= 2) {
+      const dcp::sequence s = dcp::make_sequence(0, n);
+      for (int sp = 1; sp <= c.gpus(); sp *= 2) {
+        if (!dcp::legal_sp(c, sp)) continue;
+        for (int b : {1, 2})
+          for (int k : ks) {
+            const auto load = dcp::repeated_load<dcp::analytic_cost>(c.load_of(s), b);
+            t.entries.push_back({0, c.tokens_of(s), s.frames, s.spatial, sp, b, k, c.time(load, sp, k),
+                                 c.memory(load, sp, k)});
+          }
+      }
+    }
+    return dcp::make_profiled_cost(std::move(t), c.model, c.device.name, c.gpus());
+  }
+};
 template <>
 struct sample<dcp::transformer_spec> {
   static dcp::transformer_spec draw(rng& g) { return g.pick(dcp_test::model_presets()); }
@@ -132,7 +164,7 @@ std::string show(const T& v) {
 
 template <class C>
 class CostModelConformance : public ::testing::Test {};
-using cost_models = ::testing::Types<dcp::analytic_cost>;
+using cost_models = ::testing::Types<dcp::analytic_cost, dcp::profiled_cost>;
 TYPED_TEST_SUITE(CostModelConformance, cost_models);
 
 TYPED_TEST(CostModelConformance, ModelsTheConcept) {
