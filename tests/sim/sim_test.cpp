@@ -289,6 +289,16 @@ TEST(Svg, HasOneLanePerGpuAndOneBoxPerStep) {
   EXPECT_EQ(count(svg, "class=\"step\""), steps);
   EXPECT_EQ(count(svg, "class=\"method\""), 2u);
   EXPECT_EQ(count(svg, "<title>"), steps) << "every box has its tooltip";
+  std::size_t barriers = 0;  // one line per round after the first, per batch
+  for (const auto* plans : {&a.plans, &b.plans})
+    for (const auto& p : *plans) {
+      std::set<int> rounds;
+      for (const auto& s : p.steps)
+        if (s.round > 0) rounds.insert(s.round);
+      barriers += rounds.size();
+    }
+  EXPECT_EQ(count(svg, "class=\"barrier\""), barriers);
+  EXPECT_GT(barriers, 0u) << "bucket's lockstep iterations are barriers";
 }
 
 TEST(Report, TableAndJsonHaveEveryMethod) {

@@ -3,8 +3,8 @@
 /// SVG timeline of plans (DESIGN section 7): one panel per method, stacked, on one shared time
 /// axis so that methods compare at a glance; in each panel one lane per GPU (grey = idle) and
 /// one box per micro-step spanning the lanes of its rank block, coloured by sp, with a tooltip
-/// (sp, sequences, tokens, checkpointed blocks, memory, start, time). Batches run end to end,
-/// separated by a dashed line.
+/// (sp, sequences, tokens, checkpointed blocks, memory, start, time, round). Batches run end to
+/// end, separated by a dashed line; a dotted red line marks where a barrier round starts.
 
 #include <algorithm>
 #include <array>
@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <ostream>
 #include <span>
 #include <string>
@@ -133,8 +134,19 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
            << "\"><title>batch " << b << ", ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp()
            << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
            << " checkpointed blocks, " << num(s.memory_bytes / 1e9) << " GB, start " << num(s.start_s) << " s, time "
-           << num(s.time_s) << " s</title></rect>\n";
+           << num(s.time_s) << " s, round " << s.round << "</title></rect>\n";
       }
+      // Barriers: where a round starts, every GPU has waited for all earlier rounds to end.
+      std::map<int, double> round_start;
+      for (const auto& s : p.steps)
+        if (s.round > 0) {
+          auto [it, fresh] = round_start.try_emplace(s.round, s.start_s);
+          if (!fresh) it->second = std::min(it->second, s.start_s);
+        }
+      for (const auto& [r, t] : round_start)
+        os << "<line class=\"barrier\" data-round=\"" << r << "\" x1=\"" << num(left + (offset + t) * scale) << "\" y1=\""
+           << num(lanes_top) << "\" x2=\"" << num(left + (offset + t) * scale) << "\" y2=\"" << num(lanes_top + gpus * lane)
+           << "\" stroke=\"#c00\" stroke-width=\"0.5\" stroke-dasharray=\"1,2\"/>\n";
       offset += p.makespan_s;
       if (b + 1 < runs[m].plans.size())
         os << "<line class=\"batch\" x1=\"" << num(left + offset * scale) << "\" y1=\"" << num(lanes_top) << "\" x2=\""
