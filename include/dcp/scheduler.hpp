@@ -90,9 +90,9 @@ concept buildable_cost = requires(const Model& m, const device_spec& d, int n) {
 
 template <>
 struct cost_factory<analytic_cost> {
-  template <class Model>
+  template <model_spec Model>
   static analytic_cost make(const Model& model, const device_spec& device, int gpus) {
-    return make_analytic_cost(transformer_spec(model), device, gpus);
+    return make_analytic_cost(to_transformer_spec(model), device, gpus);
   }
 };
 
@@ -114,10 +114,29 @@ struct micro_step {
 namespace detail {
 template <class P> inline constexpr bool is_policy_bundle = false;
 template <class... O> inline constexpr bool is_policy_bundle<policies<O...>> = true;
+
+// The model_spec requirement Model misses first, as one readable static_assert.
+template <class M>
+constexpr bool check_model() {
+  if constexpr (!model_spec_opts_in<M>)
+    static_assert(model_spec_opts_in<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
+                                         "model_spec_opts_in (`using policy_concept = dcp::model_spec_tag;`)");
+  else if constexpr (!model_spec_sizes<M>)
+    static_assert(model_spec_sizes<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
+                                       "model_spec_sizes (blocks, hidden, heads, mlp_width, mlp_matrices)");
+  else if constexpr (!model_spec_attention<M>)
+    static_assert(model_spec_attention<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
+                                           "model_spec_attention (attention, text_tokens)");
+  else if constexpr (!model_spec_parameters<M>)
+    static_assert(model_spec_parameters<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
+                                            "model_spec_parameters (block_parameters(), parameters())");
+  return model_spec<M>;
+}
 }  // namespace detail
 
-template <model_spec Model, communicator Comm, class Policies = default_policies>
+template <class Model, communicator Comm, class Policies = default_policies>
 class scheduler {
+  static_assert(detail::check_model<Model>());
   // An invalid bundle already failed with its own message (and falls back to the defaults).
   static_assert(detail::is_policy_bundle<Policies>,
                 "dcp::scheduler: the third parameter must be a dcp::policies<...> bundle; "
@@ -129,6 +148,8 @@ class scheduler {
   using policies_type = Policies;
   using cost_type = typename Policies::template at<slot::cost>;
   using groups_type = typename Policies::template at<slot::groups>;
+  using planner_type = typename Policies::template at<slot::planner>;
+  using bucketing_type = typename Policies::template at<slot::bucketing>;
 
   /// Builds the cost model for `world.size()` GPUs with `cost_factory<cost_type>`. `world` must
   /// outlive the scheduler.
@@ -146,13 +167,15 @@ class scheduler {
   scheduler(Model model, Comm& world, std::optional<cost_type> cost, scheduler_options options, Policies policies)
       : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
         cost_(make_cost(std::move(cost))), groups_(world, make_groups()) {
-    if constexpr (requires { policies_.planner.loss; })
+    // The bundle's cost slot holds the model the scheduler plans with.
+    policies_.cost = cost_;
+    if constexpr (loss_weighting_planner<planner_type>)
       if (options_.loss) policies_.planner.loss = *options_.loss;
-    if constexpr (requires { policies_.planner.on_infeasible; })
+    if constexpr (skipping_planner<planner_type>)
       if (options_.on_infeasible) policies_.planner.on_infeasible = *options_.on_infeasible;
     // Planners that bucket by length (the bucket baseline) use the bundle's bucketing, unless
     // they were already tuned on their own buckets.
-    if constexpr (requires { policies_.planner.token_buckets = policies_.bucketing; policies_.planner.sp; })
+    if constexpr (bucketing_planner<planner_type, bucketing_type>)
       if (policies_.planner.sp == 0) policies_.planner.token_buckets = policies_.bucketing;
     if (options_.calibration.enabled) start_calibration();
   }
@@ -262,8 +285,7 @@ class scheduler {
   }
 
   friend std::ostream& operator<<(std::ostream& os, const scheduler& s) {
-    return os << "scheduler{world=" << s.world_->size() << ", " << s.options_ << ", " << s.cost_ << ", "
-              << s.policies_ << "}";
+    return os << "scheduler{world=" << s.world_->size() << ", " << s.options_ << ", " << s.policies_ << "}";
   }
 
  private:
@@ -289,6 +311,8 @@ class scheduler {
       return "memory_capacity_bytes = " + std::to_string(options_.memory_capacity_bytes) + " exceeds the device's " +
              std::to_string(options_.device.mem_bytes) + " bytes; set device.mem_bytes to the real HBM size";
     });
+    // A cost value set in the bundle counts as given.
+    if (!given && !(policies_.cost == cost_type{})) given = policies_.cost;
     if constexpr (buildable_cost<cost_type, Model>)
       if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
     check(given->gpus() == world_->size(), errc::mismatch, [&] {

@@ -1,7 +1,7 @@
 // A cost model that opts in but lacks `work_floor` (the lower bound needs it): the bundle names
-// the slot, the concept's members and the fix. Twin: the same model with the member, plugged into
+// the slot, the first requirement it misses and the fix. Twin: the same model with the member, plugged into
 // a scheduler through `dcp::cost_factory`.
-// dcp-expect-error: slot 'cost' needs a model of dcp::cost_model \(load_of, time, memory, work_floor
+// dcp-expect-error: slot 'cost' needs a model of dcp::cost_model; first unmet requirement: cost_model_prices_steps \(time, memory, work_floor
 #include <cstdint>
 #include <ostream>
 #include <type_traits>

@@ -1,6 +1,7 @@
 // dcp::scheduler<Model, Comm, Policies> end to end on `local_comm` (threads), 1..8 ranks:
 // agreement and verification, each rank's micro-steps and their group communicators, loss
 // weights, policy overrides, options, and the errors of bad input.
+#include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -301,6 +302,33 @@ TEST(scheduler_options, memory_capacity_takes_effect) {
             << "the batch should need more than 80 GB somewhere when allowed";
         EXPECT_NE(pr.hash(), pt.hash());
         EXPECT_TRUE(dcp::plan_violations(pt, batch, tight.cost()).empty());
+      },
+      world_options);
+}
+
+// The bundle's cost slot is no dead field: a cost value set there is the one the scheduler plans
+// with, and without one the bundle holds the model the scheduler built (printed once).
+TEST(scheduler_policies, the_bundle_cost_value_is_the_cost_planned_with) {
+  const dcp::dataset batch = mixed_batch();
+  dcp::local_world::run(
+      8,
+      [&](dcp::local_comm& world) {
+        sched_t built(dcp::models::cogvideox_5b(), world);
+        EXPECT_EQ(built.policies().cost, built.cost());
+        dcp::default_policies bundle;
+        bundle.cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h100(), 8);
+        sched_t given(dcp::models::cogvideox_5b(), world, {}, bundle);
+        EXPECT_EQ(given.cost(), bundle.cost);
+        EXPECT_EQ(given.policies().cost, bundle.cost);
+        EXPECT_EQ(given.plan(batch).memory_capacity_bytes, bundle.cost.capacity());
+        std::ostringstream os, one;
+        os << given;
+        one << bundle.cost;
+        const std::string printed = os.str(), cost = one.str();
+        ASSERT_NE(printed.find(cost), std::string::npos) << printed;
+        EXPECT_EQ(printed.find(cost, printed.find(cost) + 1), std::string::npos) << "cost printed twice: " << printed;
+        bundle.cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h100(), 16);
+        EXPECT_DCP_ERROR((void)sched_t(dcp::models::cogvideox_5b(), world, {}, bundle), dcp::errc::mismatch, "16 GPUs");
       },
       world_options);
 }

@@ -19,12 +19,23 @@ namespace dcp {
 
 struct bucketing_tag {};
 
+// The named requirements of `bucketing`, in the order a diagnostic reports them.
+
+/// Opts in: `using policy_concept = dcp::bucketing_tag;`.
 template <class B>
-concept bucketing = std::same_as<typename B::policy_concept, bucketing_tag> && std::regular<B> &&  //
-                    requires(const B& b, std::int64_t n, std::size_t i) {
-                      { b.bucket_count() } -> std::convertible_to<std::size_t>;
-                      { b.bucket_of(n) } -> std::convertible_to<std::size_t>;
-                      { b.representative(i) } -> std::convertible_to<std::int64_t>;
-                    };
+concept bucketing_opts_in = std::same_as<typename B::policy_concept, bucketing_tag>;
+/// A regular value (copyable, default-constructible, `==`).
+template <class B>
+concept bucketing_regular = std::regular<B>;
+/// Maps lengths: `bucket_count()`, `bucket_of(n)`, `representative(i)`.
+template <class B>
+concept bucketing_maps_lengths = requires(const B& b, std::int64_t n, std::size_t i) {
+  { b.bucket_count() } -> std::convertible_to<std::size_t>;
+  { b.bucket_of(n) } -> std::convertible_to<std::size_t>;
+  { b.representative(i) } -> std::convertible_to<std::int64_t>;
+};
+
+template <class B>
+concept bucketing = bucketing_opts_in<B> && bucketing_regular<B> && bucketing_maps_lengths<B>;
 
 }  // namespace dcp

@@ -16,6 +16,16 @@
 ///     `c.heads()` (sp must divide it).
 /// Laws: time and memory are positive for a non-empty load; memory does not grow with k and
 /// does not grow with sp; time does not fall with k; `work_floor(l, sp, k) <= sp * time(l, sp, k)` for every step that fits.
+/// The concept is the conjunction of the named requirements below; a bundle that fails it is
+/// told the first one its type misses.
+///
+/// Optional members, each a named refinement (code that finds one uses it, others do without):
+///   - `validated_cost_model`: `c.validate()` throws `dcp::error` (errc::invalid_argument) naming
+///     the bad parameter. Law: a model that passes prices every load of a legal sp and k with
+///     finite, positive time and memory. Planners call it before planning.
+///   - `token_limited_cost_model`: `c.max_tokens_per_gpu()`, the most tokens per GPU that any
+///     feasible step holds (x_max of DESIGN section 3). Law: a step with more tokens per GPU than
+///     this exceeds `capacity()` for every k; where absent, planners find the limit by search.
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <concepts>
@@ -27,23 +37,54 @@ namespace dcp {
 
 struct cost_model_tag {};
 
+// The named requirements of `cost_model`, in the order a diagnostic reports them.
+
+/// Opts in: `using policy_concept = dcp::cost_model_tag;`.
 template <class C>
-concept cost_model =
-    std::same_as<typename C::policy_concept, cost_model_tag> && std::regular<typename C::load_type> &&
-    requires(const C& c, const sequence& s, const typename C::load_type& l, int sp, int k) {
-      { c.load_of(s) } -> std::same_as<typename C::load_type>;
+concept cost_model_opts_in = std::same_as<typename C::policy_concept, cost_model_tag>;
+/// An additive load: a regular `load_type` with `a + b` and `a - b`.
+template <class C>
+concept cost_model_additive_load =
+    std::regular<typename C::load_type> && requires(const typename C::load_type& l) {
       { l + l } -> std::same_as<typename C::load_type>;
       { l - l } -> std::same_as<typename C::load_type>;
-      { c.tokens_of(s) } -> std::convertible_to<std::int64_t>;
-      { c.time(l, sp, k) } -> std::convertible_to<double>;
-      { c.memory(l, sp, k) } -> std::convertible_to<double>;
-      { c.work_floor(l, sp, k) } -> std::convertible_to<double>;
-      { c.capacity() } -> std::convertible_to<double>;
-      { c.blocks() } -> std::convertible_to<int>;
-      { c.gpus() } -> std::convertible_to<int>;
-      { c.gpus_per_node() } -> std::convertible_to<int>;
-      { c.heads() } -> std::convertible_to<int>;
     };
+/// Reads sequences: `c.load_of(seq)` and `c.tokens_of(seq)`.
+template <class C>
+concept cost_model_reads_sequences = requires(const C& c, const sequence& s) {
+  { c.load_of(s) } -> std::same_as<typename C::load_type>;
+  { c.tokens_of(s) } -> std::convertible_to<std::int64_t>;
+};
+/// Prices steps: `c.time(l, sp, k)`, `c.memory(l, sp, k)`, `c.work_floor(l, sp, k)`.
+template <class C>
+concept cost_model_prices_steps = requires(const C& c, const typename C::load_type& l, int sp, int k) {
+  { c.time(l, sp, k) } -> std::convertible_to<double>;
+  { c.memory(l, sp, k) } -> std::convertible_to<double>;
+  { c.work_floor(l, sp, k) } -> std::convertible_to<double>;
+};
+/// Describes the job: `capacity()`, `blocks()`, `gpus()`, `gpus_per_node()`, `heads()`.
+template <class C>
+concept cost_model_describes_job = requires(const C& c) {
+  { c.capacity() } -> std::convertible_to<double>;
+  { c.blocks() } -> std::convertible_to<int>;
+  { c.gpus() } -> std::convertible_to<int>;
+  { c.gpus_per_node() } -> std::convertible_to<int>;
+  { c.heads() } -> std::convertible_to<int>;
+};
+
+template <class C>
+concept cost_model = cost_model_opts_in<C> && cost_model_additive_load<C> && cost_model_reads_sequences<C> &&
+                     cost_model_prices_steps<C> && cost_model_describes_job<C>;
+
+/// A cost model that checks its own parameters (see the file comment for the law).
+template <class C>
+concept validated_cost_model = cost_model<C> && requires(const C& c) { c.validate(); };
+
+/// A cost model that knows the most tokens per GPU a feasible step holds (see the file comment).
+template <class C>
+concept token_limited_cost_model = cost_model<C> && requires(const C& c) {
+  { c.max_tokens_per_gpu() } -> std::convertible_to<double>;
+};
 
 /// True when `sp` is a legal sequence-parallel size for `c`: a power of two, at most N,
 /// dividing the head count (Ulysses shards heads).

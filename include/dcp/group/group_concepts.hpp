@@ -32,16 +32,29 @@ struct rank_block {
   }
 };
 
+// The named requirements of `group_manager`, in the order a diagnostic reports them.
+
+/// Opts in: `using policy_concept = dcp::group_manager_tag;`.
 template <class G>
-concept group_manager = std::same_as<typename G::policy_concept, group_manager_tag> &&  //
-                        std::regular<G> &&                                              //
-                        requires(const G& g, int sp, int i) {
-                          { g.gpus() } -> std::convertible_to<int>;
-                          { g.gpus_per_node() } -> std::convertible_to<int>;
-                          { g.block_count(sp) } -> std::convertible_to<int>;
-                          { g.block(sp, i) } -> std::same_as<rank_block>;
-                          { g.block_of(i, sp) } -> std::same_as<rank_block>;
-                          g.validate();
-                        };
+concept group_manager_opts_in = std::same_as<typename G::policy_concept, group_manager_tag>;
+/// A regular value (copyable, default-constructible, `==`).
+template <class G>
+concept group_manager_regular = std::regular<G>;
+/// Lays out blocks: `gpus()`, `gpus_per_node()`, `block_count(sp)`, `block(sp, i)`, `block_of(rank, sp)`.
+template <class G>
+concept group_manager_lays_out_blocks = requires(const G& g, int sp, int i) {
+  { g.gpus() } -> std::convertible_to<int>;
+  { g.gpus_per_node() } -> std::convertible_to<int>;
+  { g.block_count(sp) } -> std::convertible_to<int>;
+  { g.block(sp, i) } -> std::same_as<rank_block>;
+  { g.block_of(i, sp) } -> std::same_as<rank_block>;
+};
+/// Checks itself: `g.validate()` throws `dcp::error` for a layout it cannot make.
+template <class G>
+concept group_manager_validates = requires(const G& g) { g.validate(); };
+
+template <class G>
+concept group_manager = group_manager_opts_in<G> && group_manager_regular<G> && group_manager_lays_out_blocks<G> &&
+                        group_manager_validates<G>;
 
 }  // namespace dcp

@@ -23,18 +23,34 @@ enum class attention_kind {
   factorized_2d,  ///< half the blocks attend spatially (S), half temporally (T)
 };
 
+// The named requirements of `model_spec`, in the order a diagnostic reports them.
+
+/// Opts in: `using policy_concept = dcp::model_spec_tag;`.
 template <class M>
-concept model_spec = std::same_as<typename M::policy_concept, model_spec_tag> &&  //
-                     requires(const M& m) {
-                       { m.blocks } -> std::convertible_to<int>;
-                       { m.hidden } -> std::convertible_to<double>;
-                       { m.heads } -> std::convertible_to<int>;
-                       { m.mlp_width } -> std::convertible_to<double>;
-                       { m.mlp_matrices } -> std::convertible_to<int>;
-                       { m.attention } -> std::convertible_to<attention_kind>;
-                       { m.text_tokens } -> std::convertible_to<std::int64_t>;
-                       { m.block_parameters() } -> std::convertible_to<double>;
-                       { m.parameters() } -> std::convertible_to<double>;
-                     };
+concept model_spec_opts_in = std::same_as<typename M::policy_concept, model_spec_tag>;
+/// Sizes: `blocks`, `hidden`, `heads`, `mlp_width`, `mlp_matrices`.
+template <class M>
+concept model_spec_sizes = requires(const M& m) {
+  { m.blocks } -> std::convertible_to<int>;
+  { m.hidden } -> std::convertible_to<double>;
+  { m.heads } -> std::convertible_to<int>;
+  { m.mlp_width } -> std::convertible_to<double>;
+  { m.mlp_matrices } -> std::convertible_to<int>;
+};
+/// Sequence shape: `attention` (an `attention_kind`) and `text_tokens`.
+template <class M>
+concept model_spec_attention = requires(const M& m) {
+  { m.attention } -> std::convertible_to<attention_kind>;
+  { m.text_tokens } -> std::convertible_to<std::int64_t>;
+};
+/// Parameter counts: `block_parameters()` and `parameters()`.
+template <class M>
+concept model_spec_parameters = requires(const M& m) {
+  { m.block_parameters() } -> std::convertible_to<double>;
+  { m.parameters() } -> std::convertible_to<double>;
+};
+
+template <class M>
+concept model_spec = model_spec_opts_in<M> && model_spec_sizes<M> && model_spec_attention<M> && model_spec_parameters<M>;
 
 }  // namespace dcp

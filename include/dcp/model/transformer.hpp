@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <dcp/error.hpp>
 #include <dcp/model/model_concepts.hpp>
@@ -54,6 +55,27 @@ inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
   return os << "transformer_spec{" << m.name << ", L=" << m.blocks << ", h=" << m.hidden << ", heads=" << m.heads
             << ", f=" << m.mlp_width << ", m=" << m.mlp_matrices << ", " << to_string(m.attention)
             << ", text=" << m.text_tokens << "}";
+}
+
+/// The transformer of any `model_spec`: its sizes, attention and text tokens (and its name when
+/// it has one), so a user's own model type works wherever dcp needs a `transformer_spec` (the
+/// analytic cost model).
+template <model_spec M>
+transformer_spec to_transformer_spec(const M& m) {
+  if constexpr (std::is_convertible_v<const M&, transformer_spec>) {
+    return transformer_spec(m);
+  } else {
+    transformer_spec t;
+    if constexpr (requires { std::string(m.name); }) t.name = std::string(m.name);
+    t.blocks = static_cast<int>(m.blocks);
+    t.hidden = static_cast<std::int64_t>(m.hidden);
+    t.heads = static_cast<int>(m.heads);
+    t.mlp_width = static_cast<std::int64_t>(m.mlp_width);
+    t.mlp_matrices = static_cast<int>(m.mlp_matrices);
+    t.attention = m.attention;
+    t.text_tokens = static_cast<std::int64_t>(m.text_tokens);
+    return t;
+  }
 }
 
 /// Throws a `dcp::error` naming the field unless `m` keeps the laws of `model_spec`.

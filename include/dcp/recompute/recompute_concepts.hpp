@@ -6,23 +6,36 @@
 /// and has `r.choose(cost, load, sp) -> std::optional<int>`: the number of checkpointed blocks k in
 /// [0, L] for a step of `load` on `sp` GPUs, or `std::nullopt` when the policy has no k that fits
 /// `cost.capacity()`. Law: a returned k fits (`cost.memory(load, sp, k) <= cost.capacity()`).
+/// `choose` must accept every cost model: the concept checks it against
+/// `detail::cost_model_archetype`, which has what `cost_model` requires and nothing more.
 /// Shipped: `no_recompute` (k = 0), `full_recompute` (k = L), `selective_recompute`
 /// (the fewest blocks that fit).
 
 #include <concepts>
 #include <optional>
 
-#include <dcp/cost/analytic.hpp>
+#include <dcp/cost/detail/cost_model_archetype.hpp>
 
 namespace dcp {
 
 struct recompute_policy_tag {};
 
+// The named requirements of `recompute_policy`, in the order a diagnostic reports them.
+
+/// Opts in: `using policy_concept = dcp::recompute_policy_tag;`.
 template <class R>
-concept recompute_policy = std::same_as<typename R::policy_concept, recompute_policy_tag> &&  //
-                           std::regular<R> &&                                                 //
-                           requires(const R& r, const analytic_cost& c, const analytic_load& l, int sp) {
-                             { r.choose(c, l, sp) } -> std::same_as<std::optional<int>>;
-                           };
+concept recompute_policy_opts_in = std::same_as<typename R::policy_concept, recompute_policy_tag>;
+/// A regular value (copyable, default-constructible, `==`).
+template <class R>
+concept recompute_policy_regular = std::regular<R>;
+/// `r.choose(cost, load, sp) -> std::optional<int>` for any cost model.
+template <class R>
+concept recompute_policy_chooses = requires(const R& r, const detail::cost_model_archetype& c,
+                                            const detail::cost_model_archetype::load_type& l, int sp) {
+  { r.choose(c, l, sp) } -> std::same_as<std::optional<int>>;
+};
+
+template <class R>
+concept recompute_policy = recompute_policy_opts_in<R> && recompute_policy_regular<R> && recompute_policy_chooses<R>;
 
 }  // namespace dcp
