@@ -146,7 +146,7 @@ int run(const cli_options& o) {
   if (!o.truth_profile.empty()) {
     std::ifstream in(o.truth_profile);
     dcp::check(in.is_open(), dcp::errc::io_error, [&] {
-      return "cannot open --truth-profile '" + o.truth_profile + "'; give a dcp.profile/v1 file (dcp-profile writes one)";
+      return "cannot open --truth-profile '" + o.truth_profile + "'; give a dcp.profile/v1 file for this model, device and GPU count (the profiler writes one)";
     });
     auto profiled = dcp::make_profiled_cost(dcp::read_profile(in, o.truth_profile), cost.model, device.name, o.gpus);
     const auto truth = dcp::sim::make_truth(std::move(profiled), spec, truth_seed);

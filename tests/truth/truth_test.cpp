@@ -16,13 +16,15 @@
 #include <vector>
 
 #include <dcp/cost/analytic.hpp>
+#include <dcp/cost/profiled_cost.hpp>
 #include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/plan/tuning.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/profile/profile_table.hpp>
+#include <dcp/random.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>
@@ -359,6 +361,55 @@ TEST(Execute, RejectsAPlanForAnotherJob) {
   EXPECT_THROW((void)dcp::sim::execute(p, truth, 0), dcp::error);
   EXPECT_THROW((void)dcp::sim::make_truth(parse_truth_spec("slow_gpus=20:0.5"), cost_of("cogvideox-5b", 8), 0),
                dcp::error);
+}
+
+// --- a profile as the truth --------------------------------------------------------------------
+
+// A dcp.profile/v1 table of the analytic model itself: lengths 512..256k, every sp, batches
+// doubling while they fit, k in {0, L/2, L}.
+dcp::profile_table profile_of(const dcp::analytic_cost& c) {
+  dcp::profile_table t;
+  t.model = c.model, t.device = c.device.name, t.gpus = c.gpus(), t.gpus_per_node = c.gpus_per_node();
+  t.memory_capacity_bytes = c.capacity(), t.static_memory_bytes = c.static_memory();
+  int bucket = 0;
+  for (std::int64_t n = 512; n <= 262144; n *= 2, ++bucket)
+    for (int sp : dcp::legal_sp_sizes(c))
+      for (int k : {0, c.blocks() / 2, c.blocks()})
+        for (int b = 1; b <= 64; b *= 2) {
+          const auto one = c.load_of(dcp::make_sequence(0, n - c.model.text_tokens));
+          const auto l = dcp::repeated_load<dcp::analytic_cost>(one, b);
+          if (c.memory(l, sp, k) > c.capacity()) break;
+          t.entries.push_back({bucket, c.tokens_of(dcp::make_sequence(0, n - c.model.text_tokens)), 1,
+                               n - c.model.text_tokens, sp, b, k, c.time(l, sp, k), c.memory(l, sp, k)});
+        }
+  return t;
+}
+
+TEST(ProfileTruth, ExecutesEveryMethodAndTheOracleOnTheTable) {
+  const auto j = jobs().back();
+  auto profiled = dcp::make_profiled_cost(profile_of(j.cost), j.cost.model, j.cost.device.name, j.cost.gpus());
+  const auto truth = dcp::sim::make_truth(profiled, parse_truth_spec("slow_gpus=2:0.8,jitter=0.02"), 4);
+  ASSERT_EQ(truth.speeds.size(), 16u);
+  const auto model_dcp = dcp::sim::run_method("dcp", j.cost, j.data, j.batches, j.settings).metrics;
+  for (const char* name : {"dcp", "bucket", "dynamic_cp", "oracle"}) {
+    const auto r = dcp::sim::run_method(name, j.cost, j.data, j.batches, j.settings, truth);
+    EXPECT_EQ(r.metrics.tokens, model_dcp.tokens) << name;
+    EXPECT_GT(r.metrics.makespan_s, 0) << name;
+    EXPECT_LE(r.metrics.lower_bound_s, r.metrics.makespan_s * (1 + 1e-9)) << name;
+    if (std::string_view(name) == "dcp") {
+      // The table interpolates the very model dcp planned on: the run lands near the model's time,
+      // slowed by the slow GPU.
+      EXPECT_GT(r.metrics.makespan_s, 0.8 * model_dcp.makespan_s);
+      EXPECT_LT(r.metrics.makespan_s, 1.6 * model_dcp.makespan_s);
+    }
+  }
+  // A profile truth takes only slow GPUs and jitter.
+  try {
+    (void)dcp::sim::make_truth(profiled, parse_truth_spec("attention=1.3"), 0);
+    ADD_FAILURE() << "scaled profile truth accepted";
+  } catch (const dcp::error& e) {
+    EXPECT_NE(std::string(e.what()).find("a profile truth takes only slow_gpus and jitter"), std::string::npos) << e.what();
+  }
 }
 
 // --- identity truth reproduces today's numbers --------------------------------------------------
