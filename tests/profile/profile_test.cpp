@@ -5,9 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <dcp/dcp.hpp>
 #include <dcp/cost/profiled_cost.hpp>
@@ -257,3 +262,159 @@ TEST(profiler, memory_prediction_within_5_percent_on_held_out_steps) {
 }
 
 }  // namespace
+
+namespace {
+
+// A job whose truth is known: per GPU x = n b / sp tokens; time linear in the batch, memory
+// linear in x with 100 B/token per stored block, 10 per checkpointed block and 100 of working
+// space (so the dual-layer extrapolation is exact), on a capacity that holds 1500 tokens per GPU
+// fully checkpointed and 420 with nothing checkpointed.
+struct formula_job {
+  static constexpr double static_bytes = 1000, capacity = 1000 + 140.0 * 1500;
+  dcp::profile_point last;
+  static double tokens_per_gpu(std::int64_t n, int batch, int sp) { return double(n) * batch / sp; }
+  static double time(std::int64_t n, int batch, int sp, int blocks, int k) {
+    const double x = tokens_per_gpu(n, batch, sp);
+    return 1e-4 * x * (blocks + 0.5 * k) + 1e-7 * double(n) * x * blocks;
+  }
+  static double activation(std::int64_t n, int batch, int sp, int blocks, int k) {
+    return tokens_per_gpu(n, batch, sp) * (100.0 * (blocks - k) + 10.0 * k + 100);
+  }
+};
+
+struct formula_meter {
+  const formula_job* job;
+  dcp::profile_measurement measure(const std::function<void()>& fn) const {
+    fn();
+    const auto& p = job->last;
+    return {formula_job::time(p.tokens, p.batch, p.sp, p.blocks, p.checkpointed_blocks),
+            formula_job::activation(p.tokens, p.batch, p.sp, p.blocks, p.checkpointed_blocks)};
+  }
+};
+static_assert(dcp::profile_meter<formula_meter>);
+
+struct formula_profile {
+  dcp::profile_table table;
+  dcp::profile_report report;
+};
+
+formula_profile profile_formula(double budget_s, int max_batch) {
+  const cpu_train::model_config mc{.vocab = 32, .hidden = 16, .heads = 8, .mlp = 32, .blocks = 4, .max_len = 8192};
+  std::vector<dcp::sequence> data;
+  for (std::int64_t n : {60, 120, 250, 500, 1000, 2000, 4000}) data.push_back(dcp::make_sequence(n, n));
+  formula_job job;
+  dcp::profiler_options opt;
+  opt.warmup = 1;
+  opt.repeats = 1;
+  opt.max_batch = max_batch;
+  opt.budget_s = budget_s;
+  formula_profile out;
+  opt.report = &out.report;
+  out.table = dcp::profile_model(
+      cpu_train::tiny_spec(mc), "formula", 4, 4, formula_job::capacity, formula_job::static_bytes,
+      dcp::geometric_bucketing{64, 2.0, 1 << 20}, std::span<const dcp::sequence>(data),
+      [&](const dcp::profile_point& p) { job.last = p; }, opt, formula_meter{&job});
+  return out;
+}
+
+}  // namespace
+
+// Every (length group, sp) that can fit gets every recompute level at batch 1, the fully
+// checkpointed one included, even where nothing-checkpointed is far over capacity; only those
+// predicted over 1.25 x capacity fully checkpointed are skipped, and profiled_cost still says
+// exactly which lengths fit (extrapolating the skipped ones). Extrapolated L-block entries match
+// the truth.
+TEST(profiler, prices_every_recompute_level_where_it_can_fit) {
+  const auto [t, rep] = profile_formula(0, 8);
+  const int L = t.model.blocks;
+  const auto cost = dcp::make_profiled_cost(t, t.model, "formula", 4);
+  std::set<std::tuple<int, int, int>> points;
+  int needs_recompute = 0, skipped = 0;
+  for (std::int64_t n : {60, 120, 250, 500, 1000, 2000, 4000})
+    for (int sp : {1, 2, 4}) {
+      const double full = formula_job::static_bytes + formula_job::activation(n, 1, sp, L, L);
+      const double none = formula_job::static_bytes + formula_job::activation(n, 1, sp, L, 0);
+      std::set<int> ks;
+      for (const auto& e : t.entries)
+        if (e.tokens == n && e.sp == sp && e.batch == 1) ks.insert(e.checkpointed_blocks);
+      SCOPED_TRACE("n " + std::to_string(n) + " sp " + std::to_string(sp));
+      if (full > 1.25 * formula_job::capacity) {
+        EXPECT_TRUE(ks.empty());
+        ++skipped;
+      } else {
+        EXPECT_EQ(ks.size(), std::size_t(L + 1));
+        needs_recompute += none > formula_job::capacity && full <= formula_job::capacity;
+      }
+      const auto load = cost.load_of(dcp::make_sequence(0, n));
+      EXPECT_EQ(cost.memory(load, sp, L) <= cost.capacity(), full <= formula_job::capacity);
+      EXPECT_EQ(cost.memory(load, sp, 0) <= cost.capacity(), none <= formula_job::capacity);
+    }
+  EXPECT_GT(needs_recompute, 2);  // the case the profile must price
+  EXPECT_GT(skipped, 0);
+  EXPECT_EQ(rep.skipped, skipped);
+  for (const auto& e : t.entries) {
+    points.insert({e.bucket, e.sp, e.batch});
+    const double m = formula_job::static_bytes + formula_job::activation(e.tokens, e.batch, e.sp, L, e.checkpointed_blocks);
+    const double s = formula_job::time(e.tokens, e.batch, e.sp, L, e.checkpointed_blocks);
+    EXPECT_NEAR(e.memory_bytes, m, 1e-9 * m) << e.tokens << " " << e.sp << " " << e.batch << " " << e.checkpointed_blocks;
+    EXPECT_NEAR(e.time_s, s, 1e-9 * s);
+  }
+  EXPECT_EQ(rep.points, std::int64_t(points.size()));
+  EXPECT_EQ(t.stats.runs, rep.points * 5 * 2);
+  EXPECT_EQ(rep.longest_tokens, 4000);
+}
+
+// The batch-doubling pass stays within its budget of measured seconds; pass 1 always runs.
+TEST(profiler, batch_doubling_stays_within_the_budget) {
+  const auto full = profile_formula(0, 8).report;
+  const auto first_pass = profile_formula(0, 1).report;
+  ASSERT_LT(first_pass.measured_s, full.measured_s);
+  for (double share : {0.0, 0.2, 0.6}) {
+    const double budget = first_pass.measured_s + share * (full.measured_s - first_pass.measured_s) + 1e-9;
+    const auto [t, rep] = profile_formula(budget, 8);
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    EXPECT_LE(rep.measured_s, budget);
+    EXPECT_GT(rep.budget_limited, 0);
+    EXPECT_LT(rep.points, full.points);
+    EXPECT_GE(rep.points, first_pass.points);
+    EXPECT_EQ(rep.skipped, full.skipped);
+  }
+  // A tiny budget still prices every length: pass 1 is never cut.
+  const auto [t, rep] = profile_formula(1e-12, 8);
+  EXPECT_EQ(rep.points, first_pass.points);
+  EXPECT_GT(rep.measured_s, 1e-12);
+}
+
+TEST(profiler, rejects_a_bad_budget_or_margin) {
+  std::vector<dcp::sequence> data{dcp::make_sequence(0, 100)};
+  auto profile = [&](double budget, double margin) {
+    dcp::profiler_options opt;
+    opt.budget_s = budget;
+    opt.skip_margin = margin;
+    (void)dcp::profile_model(small_model(), "dev", 1, 1, 1e9, 1e6, dcp::geometric_bucketing{64, 2.0, 1 << 20},
+                             std::span<const dcp::sequence>(data), [](const dcp::profile_point&) {}, opt);
+  };
+  expect_error([&] { profile(-1, 1.25); }, dcp::errc::invalid_argument, "budget_s = -1");
+  expect_error([&] { profile(std::nan(""), 1.25); }, dcp::errc::invalid_argument, "need a finite budget");
+  expect_error([&] { profile(0, 0.5); }, dcp::errc::invalid_argument, "skip_margin >= 1");
+}
+
+// The CPU model's checkpointing frees what it should: fully checkpointed, a step keeps each
+// block's input only, so its peak is far below the nothing-checkpointed one and barely grows
+// with depth (what the profile has to see for recomputation to make long sequences fit).
+TEST(cpu_model, checkpointing_frees_the_blocks_activations) {
+  using namespace cpu_train;
+  synthetic_data data{.vocab = 32, .min_len = 8, .max_len = 512, .seed = 1};
+  auto peak = [&](int blocks, int k) {
+    model_config mc{.vocab = 32, .hidden = 16, .heads = 8, .mlp = 32, .blocks = blocks, .max_len = 512};
+    const tiny_transformer<double> m(mc);
+    return dcp::host_meter{}.measure([&] { run_point(m, data, 256, 1, 1, k); }).memory_bytes;
+  };
+  const double none4 = peak(4, 0), full4 = peak(4, 4), full2 = peak(2, 2), none2 = peak(2, 0);
+  std::printf("peak activation bytes per token: L=2 k=0 %.0f, k=2 %.0f; L=4 k=0 %.0f, k=4 %.0f\n", none2 / 256,
+              full2 / 256, none4 / 256, full4 / 256);
+  EXPECT_LT(full4, 0.5 * none4);
+  // One more checkpointed block costs its input (hidden values per token) and nothing else.
+  EXPECT_NEAR((full4 - full2) / 2, 256.0 * 16 * sizeof(double), 1.0);
+  EXPECT_GT((none4 - none2) / 2, 4 * 256.0 * 16 * sizeof(double));
+}
