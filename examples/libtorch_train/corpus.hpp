@@ -25,7 +25,7 @@
 #include <vector>
 
 #include <dcp/error.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/random.hpp>
 #include <dcp/sequence.hpp>
 
 namespace libtorch_train {
@@ -39,7 +39,13 @@ class corpus {
   explicit corpus(std::vector<std::vector<int>> docs) : docs_(std::move(docs)) {}
 
   std::size_t size() const noexcept { return docs_.size(); }
-  const std::vector<int>& document(std::int64_t id) const { return docs_.at(std::size_t(id)); }
+  const std::vector<int>& document(std::int64_t id) const {
+    dcp::check(id >= 0 && id < std::int64_t(docs_.size()), dcp::errc::invalid_argument, [&] {
+      return "corpus: no document " + std::to_string(id) + " among " + std::to_string(docs_.size()) +
+             "; plan the corpus' own dataset()";
+    });
+    return docs_[std::size_t(id)];
+  }
   /// The longest sequence (document length - 1).
   std::int64_t longest() const noexcept {
     std::int64_t m = 0;

@@ -146,7 +146,7 @@ inline torch::Tensor checkpoint(block_function fn, const torch::Tensor& x) {
 
 /// Pre-norm block: x + proj(attention(ln1 x)), then x + fc2(gelu(fc1(ln2 x))).
 struct block_impl : torch::nn::Module {
-  block_impl(const gpt_config& c)
+  explicit block_impl(const gpt_config& c)
       : heads(c.heads), head_dim(c.hidden / c.heads),
         ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden})))),
         qkv(register_module("qkv", torch::nn::Linear(c.hidden, 3 * c.hidden))),
@@ -209,6 +209,12 @@ struct gpt_impl : torch::nn::Module {
   template <class Comm>
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions, const packed_context<Comm>& c,
                         int checkpointed) {
+    for (std::size_t i = 0; i + 1 < c.seq_begin.size(); ++i)
+      dcp::check(c.seq_begin[i + 1] - c.seq_begin[i] <= config.max_len, dcp::errc::invalid_argument, [&] {
+        return "gpt: a sequence of " + std::to_string(c.seq_begin[i + 1] - c.seq_begin[i]) +
+               " tokens is longer than max_len = " + std::to_string(config.max_len) +
+               " positions; build the model with a larger max_len";
+      });
     torch::Tensor x = tok(tokens) + pos(positions);
     for (int l = 0; l < int(blocks.size()); ++l) {
       auto& b = blocks[std::size_t(l)];
