@@ -61,7 +61,7 @@ TEST(ModelPresets, Llama3_8B) {
 }
 
 TEST(ModelPresets, ByNameRoundTripsAndValidates) {
-  ASSERT_EQ(dcp::models::preset_names.size(), 3u);
+  ASSERT_EQ(dcp::models::preset_names.size(), 6u);
   for (auto name : dcp::models::preset_names) {
     const auto m = dcp::models::preset(name);
     EXPECT_EQ(m.name, name);

@@ -2,6 +2,7 @@
 /// \file
 /// `analytic_cost`: the embedded default cost model, exactly DESIGN section 4.
 
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -29,8 +30,37 @@ struct analytic_load {
   friend constexpr bool operator==(const analytic_load&, const analytic_load&) = default;
 };
 
+/// How weights, gradients and optimizer state are laid out over the data-parallel domain
+/// (DESIGN section 4.2).
+enum class sharding_kind {
+  replicated,  ///< bf16 weights and grads and fp32 master + Adam on every GPU
+  zero1,       ///< bf16 weights and grads replicated, fp32 master + Adam sharded (the default)
+  zero3,       ///< everything sharded; each block's weights gathered before its forward and backward
+};
+
+inline const char* to_string(sharding_kind s) noexcept {
+  switch (s) {
+    case sharding_kind::replicated: return "replicated";
+    case sharding_kind::zero1: return "zero1";
+    case sharding_kind::zero3: return "zero3";
+  }
+  return "?";
+}
+inline std::ostream& operator<<(std::ostream& os, sharding_kind s) { return os << to_string(s); }
+
+/// The sharding called `name` (replicated, zero1, zero3); throws a `dcp::error` otherwise.
+inline sharding_kind sharding_of(const std::string& name) {
+  if (name == "replicated") return sharding_kind::replicated;
+  if (name == "zero1") return sharding_kind::zero1;
+  if (name == "zero3") return sharding_kind::zero3;
+  throw error(errc::invalid_argument, "unknown sharding '" + name + "'; use replicated, zero1 or zero3");
+}
+
 /// Time and memory of a micro-step from FLOPs, bytes and a few device constants.
-/// A regular value: the model, the device and the GPU count N (memory shards over N).
+/// A regular value: the model, the device, the GPU count N (memory shards over N), the tensor
+/// parallel size tp, the expert parallel size ep and the sharding. With tp > 1 the planner's
+/// unit is a TP group of tp GPUs on one node (DESIGN section 4.2): `gpus()`, `gpus_per_node()`,
+/// `heads()`, sp, the tokens per "GPU" x and the GPU-seconds of `work_floor` all count units.
 struct analytic_cost {
   using policy_concept = cost_model_tag;
   using load_type = analytic_load;
@@ -38,6 +68,9 @@ struct analytic_cost {
   transformer_spec model = models::cogvideox_5b();
   device_spec device = devices::h200();
   int world = 1;  ///< N, the GPUs of the job (optimizer state shards over all of them)
+  int tp = 1;     ///< tensor-parallel size: GPUs of one planner unit, on one node
+  int ep = 1;     ///< expert-parallel size: GPUs of the data-parallel domain the experts shard over
+  sharding_kind sharding = sharding_kind::zero1;
 
   /// Throws a `dcp::error` unless model, device and N are valid and the static memory fits.
   void validate() const {
@@ -49,6 +82,25 @@ struct analytic_cost {
       return "gpus = " + std::to_string(world) + " is not a multiple of gpus_per_node = " +
              std::to_string(device.gpus_per_node) + "; use whole nodes beyond one node";
     });
+    check(tp >= 1 && (tp & (tp - 1)) == 0 && device.gpus_per_node % tp == 0 && world % tp == 0,
+          errc::invalid_argument, [&] {
+            return "tp = " + std::to_string(tp) + " must be a power of two dividing gpus_per_node = " +
+                   std::to_string(device.gpus_per_node) + " and gpus = " + std::to_string(world) +
+                   " (a TP group lives on one node)";
+          });
+    check(model.heads % tp == 0 && model.key_value_heads() % tp == 0, errc::invalid_argument, [&] {
+      return "tp = " + std::to_string(tp) + " must divide heads = " + std::to_string(model.heads) +
+             " and kv_heads = " + std::to_string(model.key_value_heads()) + " of model '" + model.name +
+             "'; use a smaller tp";
+    });
+    check(ep >= 1 && (ep == 1 || model.is_moe()), errc::invalid_argument, [&] {
+      return "ep = " + std::to_string(ep) + " needs a MoE model (experts > 0); model '" + model.name +
+             "' is dense, use ep = 1";
+    });
+    check(ep == 1 || (model.experts % ep == 0 && (world / tp) % ep == 0), errc::invalid_argument, [&] {
+      return "ep = " + std::to_string(ep) + " must divide experts = " + std::to_string(model.experts) +
+             " and the data-parallel domain gpus / tp = " + std::to_string(world / tp);
+    });
     check(static_memory() < capacity(), errc::invalid_argument, [&] {
       return "memory capacity " + std::to_string(capacity()) + " B is below the static memory " +
              std::to_string(static_memory()) + " B of model '" + model.name + "' on " + std::to_string(world) +
@@ -57,15 +109,18 @@ struct analytic_cost {
   }
 
   int blocks() const noexcept { return model.blocks; }
-  int gpus() const noexcept { return world; }
-  int gpus_per_node() const noexcept { return device.gpus_per_node; }
-  int heads() const noexcept { return model.heads; }
+  /// Planner units: TP groups (GPUs when tp = 1).
+  int gpus() const noexcept { return world / tp; }
+  int gpus_per_node() const noexcept { return std::max(1, device.gpus_per_node / tp); }
+  /// Heads of one TP rank: Ulysses over sp units must divide them.
+  int heads() const noexcept { return model.heads / tp; }
   double capacity() const noexcept { return device.capacity(); }
 
   std::int64_t tokens_of(const sequence& s) const noexcept { return model.tokens_of(s.frames, s.spatial); }
 
   load_type load_of(const sequence& s) const noexcept {
-    const double L = model.blocks, h = static_cast<double>(model.hidden);
+    // q = h unless head_dim decouples it (section 4.1), so today's models price exactly as before.
+    const double L = model.blocks, h = model.query_width();
     const double n = static_cast<double>(tokens_of(s));
     double a = 0;
     switch (model.attention) {
@@ -77,66 +132,171 @@ struct analytic_cost {
         break;
       }
     }
+    if (model.cross_attention_tokens > 0) {
+      const double c = static_cast<double>(model.cross_attention_tokens);
+      a += L * (4 * h * n * c + 4 * static_cast<double>(model.hidden) * model.key_value_width() * c);
+    }
     return {1, n, a};
   }
 
-  /// M_static = 4 P + 12 P / N.
+  /// P_gpu = (P - P_E) / tp + P_E / (tp ep): the parameters one GPU holds unsharded.
+  double parameters_per_gpu() const noexcept {
+    const double p = model.parameters(), pe = model.blocks * model.expert_parameters();
+    return (p - pe) / tp + pe / (tp * ep);
+  }
+  /// zero1: 4 P_gpu + 12 P / N; replicated: 16 P_gpu; zero3: 16 P / N + 6 P_gpu / L.
   double static_memory() const noexcept {
     const double p = model.parameters();
-    return 4 * p + 12 * p / world;
+    switch (sharding) {
+      case sharding_kind::replicated: return 16 * parameters_per_gpu();
+      case sharding_kind::zero3: return 16 * p / world + 6 * parameters_per_gpu() / model.blocks;
+      case sharding_kind::zero1: break;
+    }
+    return 4 * parameters_per_gpu() + 12 * p / world;
   }
-  /// F = L 2 P_b N_tok + A.
+  /// F = L 2 P_act N_tok + A (P_act = P_b for a dense model without cross-attention).
   double forward_flops(const load_type& l) const noexcept {
-    return model.blocks * 2 * model.block_parameters() * l.tokens + l.attention;
+    return model.blocks * 2 * model.active_block_parameters() * l.tokens + l.attention;
+  }
+  /// Per-GPU width w of one Ulysses all-to-all: 1D (2 q / tp + 2 kv_sp) / 4 with
+  /// kv_sp = kv / tp, or d sp when kv_heads / tp < sp (key/value heads replicated up to sp);
+  /// 2D h / tp. h for today's models.
+  double all_to_all_width(int sp) const noexcept {
+    const double h = static_cast<double>(model.hidden);
+    if (model.attention == attention_kind::factorized_2d) return h / tp;
+    const double kv = model.key_value_heads() / tp >= sp ? model.key_value_width() / tp : model.head_width() * sp;
+    return (2 * model.query_width() / tp + 2 * kv) / 4;
+  }
+  /// Megatron sequence-parallel collectives per block pass inside a TP group: an all-gather
+  /// and a reduce-scatter around each attention and the MLP.
+  int tp_collectives_per_pass() const noexcept { return model.cross_attention_tokens > 0 ? 6 : 4; }
+  /// Expert-parallel all-to-alls per block pass: dispatch and combine.
+  int ep_all_to_alls_per_pass() const noexcept { return ep > 1 ? 2 : 0; }
+  /// Bandwidth of the expert-parallel group (ep GPUs, tp apart).
+  double ep_bandwidth() const noexcept {
+    return ep * tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
+  }
+  /// Bandwidth of the data-parallel domain (all N GPUs).
+  double dp_bandwidth() const noexcept { return world <= device.gpus_per_node ? device.bw_intra : device.bw_inter; }
+  /// zero3's per-step floor t_z3 = 3 L (alpha + V_b / bw_dp): two weight all-gathers and one
+  /// gradient reduce-scatter per block, V_b = 2 [(P_b - P_bE) / tp (D-1)/D + P_bE / (tp ep) (D_e-1)/D_e],
+  /// D = N / tp, D_e = D / ep. 0 unless zero3.
+  double step_floor() const noexcept {
+    if (sharding != sharding_kind::zero3) return 0;
+    const double pbe = model.expert_parameters(), pb = model.block_parameters();
+    const double d = static_cast<double>(world / tp), de = d / ep;
+    const double v = 2 * ((pb - pbe) / tp * (d - 1) / d + pbe / (tp * ep) * (de - 1) / de);
+    return 3 * model.blocks * (device.alpha + v / dp_bandwidth());
   }
   /// eff(x) = eff_max x / (x + x_half).
   double efficiency(double x) const noexcept { return device.eff_max * x / (x + device.x_half); }
   /// All-to-alls per block pass: 4 for 1D Ulysses, 2 for 2D DSP.
   int all_to_alls_per_pass() const noexcept { return model.attention == attention_kind::factorized_2d ? 2 : 4; }
-  double bandwidth(int sp) const noexcept { return sp <= device.gpus_per_node ? device.bw_intra : device.bw_inter; }
-  /// x_max: the most tokens per GPU any feasible step holds (all blocks checkpointed).
+  /// Bandwidth of an sp group of units (sp tp GPUs).
+  double bandwidth(int sp) const noexcept {
+    return sp * tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
+  }
+  /// x_max: the most tokens per unit any feasible step holds (all blocks checkpointed).
   double max_tokens_per_gpu() const noexcept {
-    return (capacity() - static_memory()) / ((2.0 * model.blocks + device.beta) * static_cast<double>(model.hidden));
+    return (capacity() - static_memory()) / ((2.0 * model.blocks + device.beta) * static_cast<double>(model.hidden)) *
+           tp;
   }
 
   double time(const load_type& l, int sp, int k) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     const double x = l.tokens / sp;
-    const double t_comp = (3 + k / L) * forward_flops(l) / (sp * device.peak * efficiency(x));
+    const double t_comp = (3 + k / L) * forward_flops(l) / (sp * tp * device.peak * efficiency(x));
     double t_comm = 0;
     if (sp > 1) {
-      const double v = 2 * h * l.tokens / sp * (sp - 1) / sp;
+      const double v = 2 * all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
       const double a = all_to_alls_per_pass() * (2 * L + k);
       t_comm = a * (device.alpha + v / bandwidth(sp));
     }
+    if (tp > 1) {
+      const double v = 2 * h * x * (tp - 1) / tp;
+      t_comm += tp_collectives_per_pass() * (2 * L + k) * (device.alpha + v / device.bw_intra);
+    }
+    if (ep > 1) {
+      const double v = 2 * h * model.experts_per_token * (x / tp) * (ep - 1) / ep;
+      t_comm += ep_all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / ep_bandwidth());
+    }
     const double t_over = device.tau * (3 * L + k);
-    return t_comp + t_comm + t_over;
+    const double t = t_comp + t_comm + t_over;
+    return sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t;
   }
 
   double memory(const load_type& l, int sp, int k) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden), beta = device.beta;
-    const double x = l.tokens / sp;
+    const double x = l.tokens / sp / tp;  // tokens per GPU: Megatron SP shards activations over tp
     return static_memory() + (L - k) * beta * h * x + k * 2 * h * x + beta * h * x;
   }
 
   /// GPU-seconds floor of DESIGN section 3: compute at eff(x_max), communication bytes at
   /// full bandwidth, no latency or launch overhead (batching can amortise those away).
   double work_floor(const load_type& l, int sp, int k) const noexcept {
+    const double L = model.blocks;
+    return (3 + k / L) * forward_flops(l) / (tp * device.peak * efficiency(max_tokens_per_gpu())) +
+           communication_floor(l, sp, k);
+  }
+
+  /// Unit-seconds of the step's collectives at full bandwidth (no latency): Ulysses, and with
+  /// tp > 1 or ep > 1 the TP and EP collectives (sp times their per-GPU seconds).
+  double communication_floor(const load_type& l, int sp, int k) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
-    double w = (3 + k / L) * forward_flops(l) / (device.peak * efficiency(max_tokens_per_gpu()));
-    if (sp > 1) w += all_to_alls_per_pass() * (2 * L + k) * 2 * h * l.tokens * (sp - 1) / sp / bandwidth(sp);
+    double w = 0;
+    if (sp > 1)
+      w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(sp) * l.tokens * (sp - 1) / sp / bandwidth(sp);
+    if (tp > 1) w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (tp - 1) / tp / device.bw_intra;
+    if (ep > 1)
+      w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / tp) * (ep - 1) / ep /
+           ep_bandwidth();
     return w;
+  }
+
+  /// GPU-seconds floor of `l` in any step on `sp` GPUs with k or more checkpointed blocks, for
+  /// the joint lower bound (DESIGN section 3): memory caps a step with k' blocks at
+  /// x_cap(k') = (C - M_static) / (((L - k') beta + 2 k' + beta) h) tokens per GPU, so its
+  /// compute costs at least g(k') F / (peak eff_max), g(k') = (3 + k'/L) (1 + x_half / x_cap(k')).
+  /// g is a concave quadratic in k', so its least value over [k, L] is at an end; communication
+  /// bytes at full bandwidth grow with k'. Never below `work_floor(l, sp, k)` (x_cap(L) = x_max).
+  double packed_work_floor(const load_type& l, int sp, int k) const noexcept {
+    const double L = model.blocks, h = static_cast<double>(model.hidden), beta = device.beta;
+    const double room = (capacity() - static_memory()) / h * tp;  // x_cap counts tokens per unit
+    auto g = [&](double kk) { return (3 + kk / L) * (1 + device.x_half * ((L - kk) * beta + 2 * kk + beta) / room); };
+    return std::min(g(k), g(L)) * forward_flops(l) / (tp * device.peak * device.eff_max) + communication_floor(l, sp, k);
   }
 
   friend bool operator==(const analytic_cost&, const analytic_cost&) = default;
   friend std::ostream& operator<<(std::ostream& os, const analytic_cost& c) {
-    return os << "analytic_cost{" << c.model << ", " << c.device << ", N=" << c.world << "}";
+    os << "analytic_cost{" << c.model << ", " << c.device << ", N=" << c.world;
+    if (c.tp > 1) os << ", tp=" << c.tp;
+    if (c.ep > 1) os << ", ep=" << c.ep;
+    if (c.sharding != sharding_kind::zero1) os << ", " << c.sharding;
+    return os << "}";
   }
 };
 
 /// A validated analytic cost model.
 inline analytic_cost make_analytic_cost(transformer_spec model, device_spec device, int gpus) {
   analytic_cost c{std::move(model), std::move(device), gpus};
+  c.validate();
+  return c;
+}
+
+/// The parallel layout of a job beyond data x sequence parallelism (DESIGN section 4.2).
+struct parallel_layout {
+  int tp = 1;
+  int ep = 1;
+  sharding_kind sharding = sharding_kind::zero1;
+  friend bool operator==(const parallel_layout&, const parallel_layout&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const parallel_layout& p) {
+    return os << "parallel_layout{tp=" << p.tp << ", ep=" << p.ep << ", " << p.sharding << "}";
+  }
+};
+
+/// A validated analytic cost model with tensor/expert parallelism and a sharding.
+inline analytic_cost make_analytic_cost(transformer_spec model, device_spec device, int gpus, parallel_layout layout) {
+  analytic_cost c{std::move(model), std::move(device), gpus, layout.tp, layout.ep, layout.sharding};
   c.validate();
   return c;
 }

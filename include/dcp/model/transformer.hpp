@@ -26,11 +26,65 @@ struct transformer_spec {
   int mlp_matrices = 2;        ///< m: 2 plain MLP, 3 gated (SwiGLU)
   attention_kind attention = attention_kind::full;
   std::int64_t text_tokens = 0;  ///< prepended to every sequence (1D models only)
+  // Extensions of DESIGN section 4.1; every default leaves the model as the fields above say.
+  int kv_heads = 0;                          ///< key/value heads (GQA); 0 = heads
+  std::int64_t head_dim = 0;                 ///< d; 0 = hidden / heads
+  std::int64_t cross_attention_tokens = 0;   ///< c: text keys of a cross-attention in every block
+  int experts = 0;                           ///< E routed experts per block; 0 = dense MLP of width f
+  int experts_per_token = 0;                 ///< k_e experts each token is routed to
+  std::int64_t expert_width = 0;             ///< f_e: MLP width of one expert
+  int shared_experts = 0;                    ///< S experts every token passes through
 
-  /// P_b = 4 h^2 + m h f.
+  /// Key/value heads: `kv_heads`, or `heads` when 0.
+  constexpr int key_value_heads() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
+  /// d = head_dim, or h / heads when 0.
+  constexpr double head_width() const noexcept {
+    return head_dim > 0 ? static_cast<double>(head_dim) : static_cast<double>(hidden / heads);
+  }
+  /// q = heads d (query and output-projection width; h unless head_dim decouples it).
+  constexpr double query_width() const noexcept {
+    return head_dim > 0 ? heads * head_width() : static_cast<double>(hidden);
+  }
+  /// kv = kv_heads d.
+  constexpr double key_value_width() const noexcept {
+    return kv_heads > 0 || head_dim > 0 ? key_value_heads() * head_width() : static_cast<double>(hidden);
+  }
+  constexpr bool is_moe() const noexcept { return experts > 0; }
+  /// Parameters of the attentions of a block: 2 h q + 2 h kv, twice with a cross-attention.
+  constexpr double attention_parameters() const noexcept {
+    const double h = static_cast<double>(hidden);
+    const double self = (kv_heads > 0 || head_dim > 0) ? 2 * h * query_width() + 2 * h * key_value_width() : 4.0 * h * h;
+    return cross_attention_tokens > 0 ? 2 * self : self;
+  }
+  /// Parameters of the routed experts of a block: E m h f_e (0 for a dense model).
+  constexpr double expert_parameters() const noexcept {
+    return is_moe() ? experts * mlp_matrices * static_cast<double>(hidden) * static_cast<double>(expert_width) : 0.0;
+  }
+  /// Parameters of the MLP of a block: m h f (dense) or (E + S) m h f_e + h E (MoE with router).
+  constexpr double mlp_parameters() const noexcept {
+    const double h = static_cast<double>(hidden);
+    if (!is_moe()) return mlp_matrices * h * static_cast<double>(mlp_width);
+    return expert_parameters() + shared_experts * mlp_matrices * h * static_cast<double>(expert_width) + h * experts;
+  }
+  /// Parameters a token passes through in a block (the linear FLOPs per token are twice this):
+  /// P_b for a dense model without cross-attention; MoE counts k_e + S experts and the router;
+  /// a cross-attention counts its query and output projections (2 h q; its keys and values are
+  /// the c text tokens', priced in A).
+  constexpr double active_block_parameters() const noexcept {
+    if (!is_moe() && cross_attention_tokens == 0) return block_parameters();
+    const double h = static_cast<double>(hidden);
+    double p = attention_parameters();
+    if (cross_attention_tokens > 0) p -= 2 * h * key_value_width();
+    if (!is_moe()) return p + mlp_parameters();
+    return p + (experts_per_token + shared_experts) * mlp_matrices * h * static_cast<double>(expert_width) + h * experts;
+  }
+
+  /// P_b = 4 h^2 + m h f (dense, no GQA), in general attention_parameters() + mlp_parameters().
   constexpr double block_parameters() const noexcept {
     const double h = static_cast<double>(hidden);
-    return 4.0 * h * h + mlp_matrices * h * static_cast<double>(mlp_width);
+    if (kv_heads == 0 && head_dim == 0 && cross_attention_tokens == 0 && !is_moe())
+      return 4.0 * h * h + mlp_matrices * h * static_cast<double>(mlp_width);
+    return attention_parameters() + mlp_parameters();
   }
   /// P = L P_b.
   constexpr double parameters() const noexcept { return blocks * block_parameters(); }
@@ -54,7 +108,13 @@ inline const char* to_string(attention_kind k) noexcept {
 inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
   return os << "transformer_spec{" << m.name << ", L=" << m.blocks << ", h=" << m.hidden << ", heads=" << m.heads
             << ", f=" << m.mlp_width << ", m=" << m.mlp_matrices << ", " << to_string(m.attention)
-            << ", text=" << m.text_tokens << "}";
+            << ", text=" << m.text_tokens;
+  if (m.kv_heads > 0) os << ", kv_heads=" << m.kv_heads;
+  if (m.head_dim > 0) os << ", head_dim=" << m.head_dim;
+  if (m.cross_attention_tokens > 0) os << ", cross=" << m.cross_attention_tokens;
+  if (m.is_moe())
+    os << ", experts=" << m.experts << "x" << m.expert_width << " top" << m.experts_per_token << "+" << m.shared_experts;
+  return os << "}";
 }
 
 /// The transformer of any `model_spec`: its sizes, attention and text tokens (and its name when
@@ -74,6 +134,14 @@ transformer_spec to_transformer_spec(const M& m) {
     t.mlp_matrices = static_cast<int>(m.mlp_matrices);
     t.attention = m.attention;
     t.text_tokens = static_cast<std::int64_t>(m.text_tokens);
+    if constexpr (requires { m.kv_heads; }) t.kv_heads = static_cast<int>(m.kv_heads);
+    if constexpr (requires { m.head_dim; }) t.head_dim = static_cast<std::int64_t>(m.head_dim);
+    if constexpr (requires { m.cross_attention_tokens; })
+      t.cross_attention_tokens = static_cast<std::int64_t>(m.cross_attention_tokens);
+    if constexpr (requires { m.experts; }) t.experts = static_cast<int>(m.experts);
+    if constexpr (requires { m.experts_per_token; }) t.experts_per_token = static_cast<int>(m.experts_per_token);
+    if constexpr (requires { m.expert_width; }) t.expert_width = static_cast<std::int64_t>(m.expert_width);
+    if constexpr (requires { m.shared_experts; }) t.shared_experts = static_cast<int>(m.shared_experts);
     return t;
   }
 }
@@ -91,6 +159,25 @@ inline void validate(const transformer_spec& m) {
   need(m.mlp_matrices == 2 || m.mlp_matrices == 3,
        "mlp_matrices = " + std::to_string(m.mlp_matrices) + " must be 2 (plain MLP) or 3 (gated MLP)");
   need(m.text_tokens >= 0, "text_tokens = " + std::to_string(m.text_tokens) + " must not be negative");
+  need(m.kv_heads >= 0 && (m.kv_heads == 0 || (m.kv_heads <= m.heads && m.heads % m.kv_heads == 0)),
+       "kv_heads = " + std::to_string(m.kv_heads) + " must divide heads = " + std::to_string(m.heads) +
+           " (0 means kv_heads = heads)");
+  need(m.head_dim >= 0, "head_dim = " + std::to_string(m.head_dim) + " must not be negative (0 means hidden / heads)");
+  need(m.cross_attention_tokens >= 0,
+       "cross_attention_tokens = " + std::to_string(m.cross_attention_tokens) + " must not be negative");
+  need(m.cross_attention_tokens == 0 || m.attention != attention_kind::factorized_2d,
+       "cross_attention_tokens needs 1D attention (full or causal)");
+  need(m.experts >= 0 && m.shared_experts >= 0, "experts = " + std::to_string(m.experts) + " and shared_experts = " +
+                                                    std::to_string(m.shared_experts) + " must not be negative");
+  if (m.is_moe()) {
+    need(m.experts_per_token >= 1 && m.experts_per_token <= m.experts,
+         "experts_per_token = " + std::to_string(m.experts_per_token) + " must be in [1, experts = " +
+             std::to_string(m.experts) + "]");
+    need(m.expert_width > 0, "expert_width = " + std::to_string(m.expert_width) + " must be positive for a MoE model");
+  } else {
+    need(m.experts_per_token == 0 && m.shared_experts == 0,
+         "experts_per_token and shared_experts need experts > 0 (a MoE model); got experts = 0");
+  }
   need(m.attention != attention_kind::factorized_2d || m.blocks % 2 == 0,
        "factorized_2d needs an even number of blocks (half spatial, half temporal), got " +
            std::to_string(m.blocks));
@@ -104,16 +191,47 @@ inline transformer_spec stdit3_xl() { return {"stdit3-xl", 56, 1152, 16, 4608, 2
 /// Llama-3 8B for long-context text.
 inline transformer_spec llama3_8b() { return {"llama3-8b", 32, 4096, 32, 14336, 3, attention_kind::causal, 0}; }
 
+/// Llama-3 70B: GQA with 8 key/value heads.
+inline transformer_spec llama3_70b() {
+  auto m = transformer_spec{"llama3-70b", 80, 8192, 64, 28672, 3, attention_kind::causal, 0};
+  m.kv_heads = 8;
+  return m;
+}
+/// Qwen3-30B-A3B: 48 MoE blocks (128 experts of width 768, 8 per token), 32 query heads of
+/// width 128 (q = 4096 > h = 2048), 4 key/value heads. `mlp_width` is its dense
+/// intermediate_size, unused since every block is MoE.
+inline transformer_spec qwen3_30b_a3b() {
+  auto m = transformer_spec{"qwen3-30b-a3b", 48, 2048, 32, 6144, 3, attention_kind::causal, 0};
+  m.kv_heads = 4;
+  m.head_dim = 128;
+  m.experts = 128;
+  m.experts_per_token = 8;
+  m.expert_width = 768;
+  return m;
+}
+/// Wan2.1-T2V-14B: 40 blocks of full self-attention over video tokens, cross-attention to 512
+/// text tokens, GELU MLP of width 13824.
+inline transformer_spec wan2_1_14b() {
+  auto m = transformer_spec{"wan2.1-14b", 40, 5120, 40, 13824, 2, attention_kind::full, 0};
+  m.cross_attention_tokens = 512;
+  return m;
+}
+
 /// Names of the presets accepted by `preset`.
-inline constexpr std::array<std::string_view, 3> preset_names{"cogvideox-5b", "stdit3-xl", "llama3-8b"};
+inline constexpr std::array<std::string_view, 6> preset_names{"cogvideox-5b", "stdit3-xl",     "llama3-8b",
+                                                              "llama3-70b",   "qwen3-30b-a3b", "wan2.1-14b"};
 
 /// The preset called `name`; throws a `dcp::error` listing the presets otherwise.
 inline transformer_spec preset(std::string_view name) {
   if (name == "cogvideox-5b") return cogvideox_5b();
   if (name == "stdit3-xl") return stdit3_xl();
   if (name == "llama3-8b") return llama3_8b();
+  if (name == "llama3-70b") return llama3_70b();
+  if (name == "qwen3-30b-a3b") return qwen3_30b_a3b();
+  if (name == "wan2.1-14b") return wan2_1_14b();
   throw error(errc::invalid_argument,
-              "unknown model preset '" + std::string(name) + "'; use one of cogvideox-5b, stdit3-xl, llama3-8b");
+              "unknown model preset '" + std::string(name) +
+                  "'; use one of cogvideox-5b, stdit3-xl, llama3-8b, llama3-70b, qwen3-30b-a3b, wan2.1-14b");
 }
 }  // namespace models
 
