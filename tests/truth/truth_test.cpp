@@ -128,6 +128,11 @@ TEST(ScaledCost, UnitScalesAreBitIdenticalToTheAnalyticModel) {
       ASSERT_EQ(same.time(l, sp, k), base.time(l, sp, k)) << "seed " << seed << " model " << model << " i " << i;
       ASSERT_EQ(same.memory(l, sp, k), base.memory(l, sp, k)) << "seed " << seed << " i " << i;
       ASSERT_EQ(same.work_floor(l, sp, k), base.work_floor(l, sp, k)) << "seed " << seed << " i " << i;
+      [&](const auto& b) {  // generic, so that a model without the packed floor skips it
+        if constexpr (requires { b.packed_work_floor(l, sp, k); }) {
+          ASSERT_EQ(same.packed_work_floor(l, sp, k), b.packed_work_floor(l, sp, k)) << "seed " << seed << " i " << i;
+        }
+      }(base);
     }
   }
 }

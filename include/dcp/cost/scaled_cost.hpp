@@ -16,6 +16,7 @@
 /// double t = truth.time(truth.load_of(s), 4, 0);
 /// ```
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
@@ -66,6 +67,11 @@ struct scaled_analytic_cost {
   /// Throws a `dcp::error` unless the base model and the scales are valid.
   void validate() const {
     base.validate();
+    check(base.is_classic(), errc::invalid_argument, [&] {
+      return std::string("scaled_analytic_cost mirrors the dense zero1 model of DESIGN section 4; ") + to_string(base.sharding) +
+             " with tp = " + std::to_string(base.tp) + ", ep = " + std::to_string(base.ep) +
+             " or a GQA/MoE/cross-attention model is not mirrored";
+    });
     scales.validate();
   }
 
@@ -117,6 +123,19 @@ struct scaled_analytic_cost {
   double work_floor(const load_type& l, int sp, int k) const noexcept {
     const double L = base.model.blocks, h = static_cast<double>(base.model.hidden);
     double w = (3 + k / L) * scaled_flops(l) / (base.device.peak * base.efficiency(max_tokens_per_gpu()));
+    if (sp > 1) w += base.all_to_alls_per_pass() * (2 * L + k) * 2 * h * l.tokens * (sp - 1) / sp / bandwidth(sp);
+    return w;
+  }
+
+  /// The packed floor of `analytic_cost::packed_work_floor` with the same scales: memory caps
+  /// the tokens per GPU at x_cap(k') = (C - M_static) / (memory ((L - k') beta + 2 k' + beta) h).
+  double packed_work_floor(const load_type& l, int sp, int k) const noexcept {
+    const double L = base.model.blocks, h = static_cast<double>(base.model.hidden), beta = base.device.beta;
+    const double room = (capacity() - static_memory()) / h;
+    auto g = [&](double kk) {
+      return (3 + kk / L) * (1 + base.device.x_half * (scales.memory * ((L - kk) * beta + 2 * kk + beta)) / room);
+    };
+    double w = std::min(g(k), g(L)) * scaled_flops(l) / (base.device.peak * base.device.eff_max);
     if (sp > 1) w += base.all_to_alls_per_pass() * (2 * L + k) * 2 * h * l.tokens * (sp - 1) / sp / bandwidth(sp);
     return w;
   }

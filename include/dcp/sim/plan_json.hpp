@@ -181,7 +181,7 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
     return x;
   };
   auto number = [&](const nlohmann::json& v, const std::string& field) {
-    if (!v.is_number()) fail("field '" + field + "' = " + v.dump() + " is not a number");
+    if (!v.is_number() || !std::isfinite(v.get<double>())) fail("field '" + field + "' = " + v.dump() + " is not a finite number");
     return v.get<double>();
   };
   auto at = [&](const nlohmann::json& o, const char* key, const std::string& where) -> const nlohmann::json& {

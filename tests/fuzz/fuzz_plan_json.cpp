@@ -1,0 +1,40 @@
+// Fuzz target: the dcp.plan/v1 reader. Any input is either a plan document whose plans write
+// back and read again unchanged, or a dcp::error; never a crash.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include <dcp/sim/plan_json.hpp>
+
+#include "fuzz_input.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  dcp::fuzz::input in(data, size);
+  std::istringstream text(in.rest());
+  dcp::sim::plan_document doc;
+  try {
+    doc = dcp::sim::read_plan_json(text, "fuzz");
+  } catch (const dcp::error&) {
+    return 0;
+  }
+  // Write the plans back with the document's header and read them again.
+  nlohmann::ordered_json again = {{"format", "dcp.plan/v1"},
+                                  {"method", doc.method},
+                                  {"gpus", doc.gpus},
+                                  {"gpus_per_node", doc.gpus_per_node},
+                                  {"memory_capacity_bytes", doc.memory_capacity_bytes},
+                                  {"model", {{"name", doc.model}}},
+                                  {"device", {{"name", doc.device}}}};
+  again["batches"] = nlohmann::ordered_json::array();
+  for (std::size_t b = 0; b < doc.plans.size(); ++b) again["batches"].push_back(dcp::sim::batch_json(doc.plans[b], b));
+  std::istringstream back(again.dump());
+  if (!(dcp::sim::read_plan_json(back, "round trip") == doc)) {
+    std::fprintf(stderr, "plan JSON does not round-trip\n");
+    std::abort();
+  }
+  return 0;
+}
