@@ -44,16 +44,17 @@ struct arguments {
   std::int64_t batch_tokens = 0;  // 0: 2048 per rank
   double fit_tokens = 256;
   int threads = 1;
+  bool regenerate = false;
 };
 
 [[noreturn]] void usage(int code) {
   std::printf(
       "usage: mpirun -np R dcp-train-libtorch [--steps N] [--dtype float|double] [--planner dcp|bucket|packed]\n"
       "         [--lr X] [--weight-decay X] [--hidden H] [--heads A] [--mlp F] [--blocks L]\n"
-      "         [--corpus FILE] [--documents N] [--min-len N] [--max-len N] [--seed S]\n"
+      "         [--corpus FILE] [--regenerate] [--documents N] [--min-len N] [--max-len N] [--seed S]\n"
       "         [--global-batch-tokens N] [--fit-tokens N] [--threads T]\n"
       "--corpus: a tokenised corpus file; rank 0 generates it (--documents, --min-len, --max-len, --seed)\n"
-      "          when it does not exist.\n"
+      "          when it does not exist (or always, with --regenerate).\n"
       "--fit-tokens: the planner's device holds this many tokens per rank with nothing checkpointed.\n"
       "--threads: intra-op threads per rank (default 1: one core per rank).\n");
   std::exit(code);
@@ -82,6 +83,7 @@ arguments parse(int argc, char** argv) {
     else if (k == "--mlp") a.model.mlp = int(integer());
     else if (k == "--blocks") a.model.blocks = int(integer());
     else if (k == "--corpus") a.corpus_path = value();
+    else if (k == "--regenerate") a.regenerate = true;
     else if (k == "--documents") a.documents = int(integer());
     else if (k == "--min-len") a.min_len = int(integer());
     else if (k == "--max-len") a.max_len = int(integer());
@@ -156,8 +158,7 @@ void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, Policie
 
 void run(dcp::mpi_comm& world, const arguments& a) {
   // Rank 0 writes the corpus if it is missing; every rank then reads the same file.
-  int missing[1] = {world.rank() == 0 && !std::filesystem::exists(a.corpus_path)};
-  if (missing[0]) {
+  if (world.rank() == 0 && (a.regenerate || !std::filesystem::exists(a.corpus_path))) {
     corpus::generate(a.documents, a.min_len, a.max_len, a.seed).write(a.corpus_path);
     std::printf("dcp-train-libtorch: wrote %d documents to %s\n", a.documents, a.corpus_path.c_str());
   }
