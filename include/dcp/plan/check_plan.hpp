@@ -139,6 +139,8 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   }
   if (!close(makespan, p.makespan_s)) fail("makespan " + std::to_string(p.makespan_s) + " s, steps end at " + std::to_string(makespan));
   if (p.makespan_s < p.lower_bound_s * (1 - 1e-9)) fail("makespan " + std::to_string(p.makespan_s) + " s below the lower bound " + std::to_string(p.lower_bound_s));
+  if (p.makespan_s < p.joint_lower_bound_s * (1 - 1e-9))
+    fail("makespan " + std::to_string(p.makespan_s) + " s below the joint lower bound " + std::to_string(p.joint_lower_bound_s));
   return out;
 }
 

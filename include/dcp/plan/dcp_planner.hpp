@@ -68,7 +68,7 @@ class dcp_planning {
     items_.clear();
     items_.reserve(seqs.size());
     for (const auto& s : seqs) {
-      item it{s, cost_.load_of(s), cost_.tokens_of(s), {}, 0, 0};
+      item it{s, cost_.load_of(s), cost_.tokens_of(s), {}, 0, 0, 0};
       it.options = options(it.load);
       if (it.options.empty()) {  // fits only with blocks the recompute policy will not checkpoint
         if (policy == infeasible_policy::skip) {
@@ -84,10 +84,38 @@ class dcp_planning {
     sps_ = legal_sp_sizes(cost_);
     k_pref_.clear();
     for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp).value_or(cost_.blocks()));
+    bounds_ = lower_bounds(cost_, planned_, speeds_);  // once: every candidate plan shares them
     choose_sp();
 
-    plan best = build(method, norm);
-    if (inter_) best = widen_critical(std::move(best), method, norm);
+    // Candidates: the fair-share cap with earliest-free gang placement; then, for a makespan
+    // target T from the joint bound up, caps at T (and a little above) with gang steps stacked
+    // on blocks that still end within T (GPUs stay whole for long sp = 1 sequences), and caps
+    // below T that split long sequences finer so that they pack (sparse batches, where a few
+    // sequences per GPU leave holes). The best one is improved further.
+    // Sparse batches (under 16 sequences per GPU) also try a wider fluid level: every sequence
+    // on at least sp = s GPUs, balanced over the blocks of s like sp = 1 sequences over GPUs,
+    // so that few short sequences share steps (a step's efficiency grows with its tokens per GPU).
+    setup(share_, 0);
+    plan best = build(method, norm, 0);
+    if (inter_) {
+      const double target = std::max(share_, bounds_.joint_s);
+      const bool sparse = items_.size() < 16 * static_cast<std::size_t>(cost_.gpus());
+      auto attempt = [&](double cap, double at, std::size_t level) {
+        if (best.efficiency() >= 0.99) return;
+        setup(cap, level);
+        plan next = build(method, norm, at);
+        if (next.makespan_s < best.makespan_s * (1 - 1e-12))
+          best = std::move(next), best_cap_ = cap, best_target_ = at, best_fluid_ = level;
+      };
+      attempt(target, target, 0);
+      if (sparse) {
+        for (double f : {0.5, 0.7}) attempt(target * f, target, 0);
+        for (double f : {1.04, 1.12}) attempt(target * f, target * f, 0);
+        for (std::size_t level = 1; level < sps_.size(); ++level) attempt(target, target, level);
+      }
+      setup(best_cap_, best_fluid_);
+      best = widen_critical(std::move(best), method, norm);
+    }
     best.skipped = std::move(skipped);
     std::sort(best.skipped.begin(), best.skipped.end(),  // in id order, like everything else here
               [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
@@ -101,6 +129,7 @@ class dcp_planning {
     std::int64_t tokens;
     std::vector<sequence_option> options;
     std::size_t choice;  // index into options
+    std::size_t base;    // the most GPU-efficient option
     double estimate;     // GPU-seconds when packed with its peers
   };
   struct step_group {  // sequences that run together, before placement
@@ -130,17 +159,19 @@ class dcp_planning {
   }
   int sp_of(const item& it) const { return it.options[it.choice].sp; }
 
-  /// Step 2: most GPU-efficient option; then, against a fair share of the batch, the narrowest
-  /// option that does not outlast it (a lone long sequence must not set the makespan).
+  /// Step 2: most GPU-efficient option, and the fair share of the batch per GPU.
   void choose_sp() {
     for (auto& it : items_) {
       std::size_t best = 0;
       for (std::size_t o = 1; o < it.options.size(); ++o)
         if (it.options[o].gpu_seconds() < it.options[best].gpu_seconds()) best = o;
-      it.choice = best;
+      it.choice = it.base = best;
     }
-    // Largest sp = 1 step that needs no recomputation: the reference for packed estimates.
-    step_cap_ = std::max<std::int64_t>(1, step_token_capacity(cost_, 1, k_pref_.empty() ? 0 : k_pref_[0]));
+    // Largest step of each level that needs no recomputation: the reference for packed estimates.
+    level_cap_.clear();
+    for (std::size_t l = 0; l < sps_.size(); ++l)
+      level_cap_.push_back(std::max<std::int64_t>(1, step_token_capacity(cost_, sps_[l], k_pref_[l])));
+    fluid_ = 0;
     double total = 0;
     for (auto& it : items_) {
       estimate(it);
@@ -152,25 +183,42 @@ class dcp_planning {
       for (double v : speeds_) capacity += v;
     }
     share_ = total / capacity;
-    const double share = share_;
+    best_cap_ = share_, best_target_ = 0, best_fluid_ = 0;
+  }
+  /// Step 2, against a cap on any one step's time: a sequence whose most GPU-efficient option
+  /// outlasts it takes the narrowest option that does not (the fastest when none does), so a
+  /// lone long sequence does not set the makespan.
+  /// With a fluid level, a narrower choice widens to the level's sp.
+  void setup(double cap, std::size_t fluid) {
+    cap_ = cap;
+    const bool relevel = fluid != fluid_;
+    fluid_ = fluid;
     for (auto& it : items_) {
-      if (it.options[it.choice].time_s <= share) continue;
-      std::size_t pick = it.choice;
-      for (std::size_t o = 0; o < it.options.size(); ++o) {
-        if (it.options[o].time_s < it.options[pick].time_s &&
-            (it.options[pick].time_s > share || it.options[o].sp < it.options[pick].sp))
-          pick = o;
-        if (it.options[pick].time_s <= share) break;
+      const std::size_t was = it.choice;
+      it.choice = it.base;
+      if (it.options[it.choice].time_s > cap) {
+        std::size_t pick = it.choice;
+        for (std::size_t o = 0; o < it.options.size(); ++o) {
+          if (it.options[o].time_s < it.options[pick].time_s &&
+              (it.options[pick].time_s > cap || it.options[o].sp < it.options[pick].sp))
+            pick = o;
+          if (it.options[pick].time_s <= cap) break;
+        }
+        it.choice = pick;
       }
-      it.choice = pick;
-      estimate(it);
+      if (sp_of(it) < sps_[fluid_])
+        for (std::size_t o = 0; o < it.options.size(); ++o)
+          if (it.options[o].sp == sps_[fluid_]) it.choice = o;
+      if (it.choice != was || relevel) estimate(it);
     }
   }
+  /// GPU-seconds of an item; on the fluid level, as a share of a full step of its copies.
   void estimate(item& it) const {
     const auto& o = it.options[it.choice];
-    if (o.sp == 1 && it.tokens < step_cap_) {
-      const std::int64_t copies = std::max<std::int64_t>(1, step_cap_ / std::max<std::int64_t>(it.tokens, 1));
-      it.estimate = cost_.time(repeated_load<C>(it.load, copies), 1, o.checkpointed_blocks) / static_cast<double>(copies);
+    const std::int64_t step_cap = o.sp == sps_[fluid_] ? level_cap_[fluid_] : 0;
+    if (it.tokens < step_cap) {
+      const std::int64_t copies = std::max<std::int64_t>(1, step_cap / std::max<std::int64_t>(it.tokens, 1));
+      it.estimate = o.sp * cost_.time(repeated_load<C>(it.load, copies), o.sp, o.checkpointed_blocks) / static_cast<double>(copies);
     } else {
       it.estimate = o.gpu_seconds();
     }
@@ -183,7 +231,8 @@ class dcp_planning {
 
   /// First-fit decreasing (by tokens) of `members` into steps of `sp` GPUs that fit the
   /// preferred recompute level; a sequence too long for that runs alone at its own level.
-  std::vector<step_group> pack(std::vector<std::size_t> members, int sp) const {
+  /// Gang steps (`capped`) also stay within the cap.
+  std::vector<step_group> pack(std::vector<std::size_t> members, int sp, bool capped) const {
     std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
       return items_[a].tokens != items_[b].tokens ? items_[a].tokens > items_[b].tokens
                                                   : items_[a].seq.id < items_[b].seq.id;
@@ -194,9 +243,9 @@ class dcp_planning {
       bool placed = false;
       if (fits_preferred(it.load, sp)) {
         for (auto& g : steps) {
-          // Gang steps also stay within the fair share: a merged step must not set the makespan.
+          // Gang steps also stay within the cap: a merged step must not set the makespan.
           if (fits_preferred(g.load + it.load, sp) &&
-              (sp == 1 || cost_.time(g.load + it.load, sp, k_pref_[sp_index(sp)]) <= share_)) {
+              (!capped || cost_.time(g.load + it.load, sp, k_pref_[sp_index(sp)]) <= cap_)) {
             g.members.push_back(m);
             g.load = g.load + it.load;
             placed = true;
@@ -216,44 +265,52 @@ class dcp_planning {
     return t;
   }
 
-  /// Steps 3-6 for the current sp choices.
-  plan build(const std::string& method, loss_normalization norm) {
+  /// Steps 3-6 for the current sp choices. With a `target` makespan (> 0) each gang step goes to
+  /// the block that becomes free latest among those where it still ends within the target
+  /// (best fit: whole GPUs stay free for long sp = 1 sequences); otherwise, and when no block
+  /// qualifies, to the block free earliest.
+  plan build(const std::string& method, loss_normalization norm, double target) {
     const buddy_groups groups{cost_.gpus(), cost_.gpus_per_node()};
     plan_builder<C> b(cost_, method, speeds_);
     std::vector<std::vector<std::size_t>> by_sp(sps_.size());
     for (std::size_t i = 0; i < items_.size(); ++i) by_sp[sp_index(sp_of(items_[i]))].push_back(i);
 
     std::vector<step_group> gang;  // sp > 1, widest first then longest first
-    for (std::size_t c = sps_.size(); c-- > 1;) {
-      auto steps = pack(by_sp[c], sps_[c]);
+    const std::size_t level = inter_ ? fluid_ : 0;
+    for (std::size_t c = sps_.size(); c-- > level + 1;) {
+      auto steps = pack(by_sp[c], sps_[c], true);
       std::stable_sort(steps.begin(), steps.end(), [](const step_group& x, const step_group& y) { return x.time > y.time; });
       gang.insert(gang.end(), std::make_move_iterator(steps.begin()), std::make_move_iterator(steps.end()));
     }
-    std::vector<std::size_t> fluid = sps_.empty() ? std::vector<std::size_t>{} : by_sp[0];
+    std::vector<std::size_t> fluid = sps_.empty() ? std::vector<std::size_t>{} : by_sp[level];
 
     if (!inter_) {  // synchronised rounds: one step per group per round
-      auto singles = pack(fluid, 1);
+      auto singles = pack(fluid, 1, false);
       std::stable_sort(singles.begin(), singles.end(), [](const step_group& x, const step_group& y) { return x.time > y.time; });
       gang.insert(gang.end(), std::make_move_iterator(singles.begin()), std::make_move_iterator(singles.end()));
       place_in_rounds(b, groups, gang);
-      return std::move(b).finish(planned_, norm);
+      return std::move(b).finish(bounds_, norm);
     }
 
     for (const auto& g : gang) {  // widest first keeps each block's members in step
       const int n_blocks = groups.block_count(g.sp);
-      rank_block best = groups.block(g.sp, 0);
-      double best_ready = b.ready(best) + (speeds_.empty() ? 0.0 : g.time / b.speed_of(best));
-      for (int i = 1; i < n_blocks; ++i) {
+      rank_block best = groups.block(g.sp, 0), fit{0, 0};
+      double best_ready = b.ready(best) + (speeds_.empty() ? 0.0 : g.time / b.speed_of(best)), fit_ready = -1;
+      for (int i = 0; i < n_blocks; ++i) {
         const rank_block blk = groups.block(g.sp, i);
+        const double ready = b.ready(blk);
+        const double length = speeds_.empty() ? g.time : g.time / b.speed_of(blk);
+        if (target > 0 && ready + length <= target && ready > fit_ready) fit = blk, fit_ready = ready;
         // With speeds, the block where the step ends earliest (a slow block may start sooner).
-        const double r = b.ready(blk) + (speeds_.empty() ? 0.0 : g.time / b.speed_of(blk));
+        const double r = ready + (speeds_.empty() ? 0.0 : length);
         if (r < best_ready) best = blk, best_ready = r;
       }
-      b.place(b.make_step(sequences_of(g), best, g.k));
+      b.place(b.make_step(sequences_of(g), fit_ready >= 0 ? fit : best, g.k));
     }
 
-    // Fluid: longest first to the least loaded GPU.
-    const int n = cost_.gpus();
+    // Fluid: longest first to the least loaded block of the fluid level (GPUs at sp = 1).
+    const int sp = sps_.empty() ? 1 : sps_[level];
+    const int n = groups.block_count(sp);
     std::vector<std::vector<std::size_t>> on(static_cast<std::size_t>(n));
     std::sort(fluid.begin(), fluid.end(), [&](std::size_t x, std::size_t y) {
       return items_[x].estimate != items_[y].estimate ? items_[x].estimate > items_[y].estimate
@@ -261,28 +318,29 @@ class dcp_planning {
     });
     using slot = std::pair<double, int>;
     std::priority_queue<slot, std::vector<slot>, std::greater<>> least;
-    for (int r = 0; r < n; ++r) least.push({b.free_at(r), r});
+    for (int u = 0; u < n; ++u) least.push({b.ready(groups.block(sp, u)), u});
     for (std::size_t m : fluid) {
-      auto [load, r] = least.top();
+      auto [load, u] = least.top();
       least.pop();
-      on[static_cast<std::size_t>(r)].push_back(m);
-      least.push({load + items_[m].estimate / b.speed_of(r), r});
+      on[static_cast<std::size_t>(u)].push_back(m);
+      least.push({load + items_[m].estimate / sp / b.speed_of(groups.block(sp, u)), u});
     }
     std::vector<std::vector<step_group>> steps(static_cast<std::size_t>(n));
     std::set<slot> finish;
-    for (int r = 0; r < n; ++r) {
-      steps[static_cast<std::size_t>(r)] = pack(on[static_cast<std::size_t>(r)], 1);
-      finish.insert({b.free_at(r) + total_time(steps[static_cast<std::size_t>(r)]) / b.speed_of(r), r});
+    for (int u = 0; u < n; ++u) {
+      const rank_block blk = groups.block(sp, u);
+      steps[static_cast<std::size_t>(u)] = pack(on[static_cast<std::size_t>(u)], sp, false);
+      finish.insert({b.ready(blk) + total_time(steps[static_cast<std::size_t>(u)]) / b.speed_of(blk), u});
     }
-    rebalance(b, on, steps, finish);
-    for (int r = 0; r < n; ++r)
-      for (const auto& g : steps[static_cast<std::size_t>(r)]) b.place(b.make_step(sequences_of(g), {r, 1}, g.k));
-    return std::move(b).finish(planned_, norm);
+    rebalance(b, groups, sp, on, steps, finish);
+    for (int u = 0; u < n; ++u)
+      for (const auto& g : steps[static_cast<std::size_t>(u)]) b.place(b.make_step(sequences_of(g), groups.block(sp, u), g.k));
+    return std::move(b).finish(bounds_, norm);
   }
 
-  /// Step 5: move one sequence from the GPU that finishes last to one that finishes early,
-  /// while that lowers the later of the two; `moves_` bounds the evaluations.
-  void rebalance(const plan_builder<C>& b, std::vector<std::vector<std::size_t>>& on,
+  /// Step 5: move one sequence from the fluid block (a GPU at sp = 1) that finishes last to one
+  /// that finishes early, while that lowers the later of the two; `moves_` bounds the evaluations.
+  void rebalance(const plan_builder<C>& b, const buddy_groups& groups, int sp, std::vector<std::vector<std::size_t>>& on,
                  std::vector<std::vector<step_group>>& steps, std::set<std::pair<double, int>>& finish) const {
     std::size_t budget = moves_;
     while (budget > 0 && finish.size() > 1) {
@@ -311,9 +369,10 @@ class dcp_planning {
           std::vector<std::size_t> from2 = from, to2 = to;
           from2.erase(std::find(from2.begin(), from2.end(), m));
           to2.push_back(m);
-          auto s_from = pack(from2, 1), s_to = pack(to2, 1);
-          const double nf = b.free_at(hi) + total_time(s_from) / b.speed_of(hi),
-                       nt = b.free_at(lo) + total_time(s_to) / b.speed_of(lo);
+          auto s_from = pack(from2, sp, false), s_to = pack(to2, sp, false);
+          const rank_block b_hi = groups.block(sp, hi), b_lo = groups.block(sp, lo);
+          const double nf = b.ready(b_hi) + total_time(s_from) / b.speed_of(b_hi),
+                       nt = b.ready(b_lo) + total_time(s_to) / b.speed_of(b_lo);
           if (std::max(nf, nt) < f_hi * (1 - 1e-12)) {
             finish.erase({f_hi, hi});
             finish.erase({f_lo, lo});
@@ -369,7 +428,7 @@ class dcp_planning {
       bool fluid = false;
       for (const auto& s : best.steps) {
         if (!s.ranks.contains(critical)) continue;
-        if (s.sp() == 1) fluid = true;
+        if (s.sp() <= sps_[fluid_]) fluid = true;
         else if (!longest || s.time_s > longest->time_s) longest = &s;
       }
       if (fluid || !longest) return best;
@@ -389,7 +448,7 @@ class dcp_planning {
         }
       }
       if (undo.empty()) return best;
-      plan next = build(method, norm);
+      plan next = build(method, norm, best_target_);
       if (next.makespan_s < best.makespan_s * (1 - 1e-12)) {
         best = std::move(next);
         continue;
@@ -416,8 +475,14 @@ class dcp_planning {
   std::vector<sequence> planned_;  // items' sequences, sorted by id
   std::vector<int> sps_;
   std::vector<int> k_pref_;
-  std::int64_t step_cap_ = 1;
-  double share_ = 0;  // GPU-seconds of the batch per GPU: no single step should outlast it
+  std::vector<std::int64_t> level_cap_;  // per legal sp: tokens of the largest step at the preferred recompute level
+  std::size_t fluid_ = 0;                 // index into sps_ of the fluid level
+  std::size_t best_fluid_ = 0;            // and the best candidate's
+  double share_ = 0;     // GPU-seconds of the batch per GPU
+  double cap_ = 0;       // no single step should outlast it (the share, or a makespan target)
+  double best_cap_ = 0;     // the cap of the best candidate plan
+  double best_target_ = 0;  // and its gang target (0 = earliest free block)
+  batch_bounds bounds_;
 };
 
 }  // namespace detail

@@ -81,12 +81,18 @@ struct plan {
   double memory_capacity_bytes = 0;
   std::vector<plan_step> steps;  ///< ordered by (start_s, first rank)
   double makespan_s = 0;         ///< end of the last step
-  double lower_bound_s = 0;      ///< DESIGN section 3 lower bound of the batch
+  double lower_bound_s = 0;      ///< DESIGN section 3 simple lower bound of the batch
+  double joint_lower_bound_s = 0;  ///< DESIGN section 3 joint lower bound (>= lower_bound_s)
   std::vector<skipped_sequence> skipped;
   std::vector<double> speeds;    ///< per-GPU speed factors the plan was made for; empty = all 1
 
-  /// lower bound / makespan, in (0, 1] (1 for an empty plan).
-  double efficiency() const noexcept { return makespan_s > 0 ? lower_bound_s / makespan_s : 1.0; }
+  /// The tightest lower bound the plan carries: the joint one (the simple one for a plan
+  /// made without it).
+  double bound_s() const noexcept { return std::max(lower_bound_s, joint_lower_bound_s); }
+  /// bound_s() / makespan, in (0, 1] (1 for an empty plan).
+  double efficiency() const noexcept { return makespan_s > 0 ? bound_s() / makespan_s : 1.0; }
+  /// lower_bound_s / makespan: efficiency against the simple bound.
+  double simple_efficiency() const noexcept { return makespan_s > 0 ? lower_bound_s / makespan_s : 1.0; }
 
   /// Indices into `steps` of the steps `rank` takes part in, in start order.
   std::vector<std::size_t> steps_of(int rank) const {
@@ -141,7 +147,8 @@ struct plan {
 
 inline std::ostream& operator<<(std::ostream& os, const plan& p) {
   return os << "plan{" << p.method << ", " << p.steps.size() << " steps on " << p.gpus
-            << " GPUs, makespan=" << p.makespan_s << " s, lower_bound=" << p.lower_bound_s << " s}";
+            << " GPUs, makespan=" << p.makespan_s << " s, lower_bound=" << p.lower_bound_s
+            << " s, joint_lower_bound=" << p.joint_lower_bound_s << " s}";
 }
 
 }  // namespace dcp

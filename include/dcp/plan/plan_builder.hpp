@@ -105,8 +105,15 @@ class plan_builder {
 
   void skip(std::vector<skipped_sequence> skipped) { plan_.skipped = std::move(skipped); }
 
-  /// Orders steps by (round, start, first rank), sets makespan, lower bound and loss weights.
+  /// Orders steps by (round, start, first rank), sets makespan, lower bounds and loss weights.
   plan finish(std::span<const sequence> planned, loss_normalization norm) && {
+    const batch_bounds bounds = lower_bounds(cost_, planned, plan_.speeds);
+    return std::move(*this).finish(bounds, norm);
+  }
+
+  /// `finish` with the batch's bounds already known (a planner that builds several candidate
+  /// plans of one batch computes them once).
+  plan finish(const batch_bounds& bounds, loss_normalization norm) && {
     std::sort(plan_.steps.begin(), plan_.steps.end(), [](const plan_step& a, const plan_step& b) {
       if (a.round != b.round) return a.round < b.round;
       return a.start_s != b.start_s ? a.start_s < b.start_s : a.ranks.first < b.ranks.first;
@@ -115,7 +122,8 @@ class plan_builder {
               [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     plan_.makespan_s = 0;
     for (const auto& s : plan_.steps) plan_.makespan_s = std::max(plan_.makespan_s, s.end_s());
-    plan_.lower_bound_s = lower_bound(cost_, planned, plan_.speeds);
+    plan_.lower_bound_s = bounds.simple_s;
+    plan_.joint_lower_bound_s = bounds.joint_s;
     assign_loss_weights(plan_, norm);
     return std::move(plan_);
   }

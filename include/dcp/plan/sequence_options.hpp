@@ -143,35 +143,115 @@ inline double fastest_block_speed(std::span<const double> speeds, int sp) noexce
   return best > 0 ? best : 1.0;
 }
 
-/// Lower bound of DESIGN section 3 for a set of (feasible) sequences:
-/// max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
+/// Both per-batch lower bounds of DESIGN section 3, in seconds.
+struct batch_bounds {
+  double simple_s = 0;  ///< max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) )
+  double joint_s = 0;   ///< the least T with every sequence on an sp it finishes alone within T and those floors in N T
+  friend bool operator==(const batch_bounds&, const batch_bounds&) = default;
+};
+
+/// Lower bounds of DESIGN section 3 for a set of (feasible) sequences.
+/// Simple: max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
+/// Joint: the least T such that every sequence has an sp with t_i(sp, kmin_i(sp)) <= T and the
+/// sum over sequences of the smallest floor W'_i(sp) among those sp is at most N T, W'_i(sp) the
+/// cost model's `packed_work_floor` at kmin_i(sp) when it has one (else W_i(sp)). It is exact
+/// (a sweep over the breakpoints t_i(sp), not a bisection) and never below the simple bound.
 /// With per-GPU speed factors s_r (empty = all 1) a step lasts its time over its slowest
-/// member's speed, so the bound becomes max( sum_i W_i / sum_r s_r,
-/// max_i min_sp t_i(sp, kmin_i(sp)) / s_best(sp) ), s_best(sp) the fastest aligned block of sp.
+/// member's speed: N becomes sum_r s_r and t_i(sp) becomes t_i(sp) / s_best(sp), s_best(sp) the
+/// fastest aligned block of sp.
 template <cost_model C>
-double lower_bound(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
-  // Summed in id order: the bound must not depend on the order a rank received the batch in.
+batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
+  // In id order: the bounds must not depend on the order a rank received the batch in.
   std::vector<const sequence*> by_id;
   by_id.reserve(batch.size());
   for (const auto& s : batch) by_id.push_back(&s);
   std::sort(by_id.begin(), by_id.end(), [](const sequence* a, const sequence* b) { return a->id < b->id; });
+  const auto sps = legal_sp_sizes(cost);
+  std::vector<double> speed_of_sp(sps.size(), 1.0);
+  double capacity = cost.gpus();
+  if (!speeds.empty()) {
+    for (std::size_t j = 0; j < sps.size(); ++j) speed_of_sp[j] = fastest_block_speed(speeds, sps[j]);
+    capacity = 0;
+    for (double v : speeds) capacity += v;
+  }
+  struct term {
+    double time, floor;
+  };
+  std::vector<term> terms;  // every sequence's feasible options, sequence after sequence
+  std::vector<std::size_t> first{0};
   double work = 0, longest = 0;
   for (const sequence* q : by_id) {
-    const sequence& s = *q;
-    const auto load = cost.load_of(s);
+    const auto load = cost.load_of(*q);
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
-    for (const auto& o : options_of(cost, load)) {
-      w = std::min(w, cost.work_floor(load, o.sp, o.checkpointed_blocks));
-      t = std::min(t, speeds.empty() ? o.time_s : o.time_s / fastest_block_speed(speeds, o.sp));
+    for (std::size_t j = 0; j < sps.size(); ++j) {
+      const auto k = selective_recompute{}.choose(cost, load, sps[j]);
+      if (!k) continue;
+      const double floor = cost.work_floor(load, sps[j], *k);
+      term x{cost.time(load, sps[j], *k) / speed_of_sp[j], floor};
+      // The joint bound takes the tighter packed floor where the cost model has one.
+      if constexpr (requires { cost.packed_work_floor(load, sps[j], *k); })
+        x.floor = std::max(floor, cost.packed_work_floor(load, sps[j], *k));
+      terms.push_back(x);
+      w = std::min(w, floor), t = std::min(t, x.time);
     }
     if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
+    first.push_back(terms.size());
     work += w;
     longest = std::max(longest, t);
   }
-  if (speeds.empty()) return std::max(work / cost.gpus(), longest);
-  double total = 0;
-  for (double v : speeds) total += v;
-  return std::max(work / total, longest);
+  batch_bounds out;
+  out.simple_s = std::max(work / capacity, longest);
+
+  // Joint: at T every sequence takes its smallest floor among options no slower than T; that
+  // sum only falls as T grows, so sweep T upwards from the longest alone time over the
+  // breakpoints where some sequence gains a cheaper option.
+  const std::size_t n = first.size() - 1;
+  std::vector<double> floor_at(n);
+  struct event {
+    double time;
+    std::size_t seq;
+    double floor;
+  };
+  std::vector<event> later;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double w = std::numeric_limits<double>::infinity();
+    for (std::size_t o = first[i]; o < first[i + 1]; ++o)
+      if (terms[o].time <= longest) w = std::min(w, terms[o].floor);
+    for (std::size_t o = first[i]; o < first[i + 1]; ++o)
+      if (terms[o].time > longest && terms[o].floor < w) later.push_back({terms[o].time, i, terms[o].floor});
+    floor_at[i] = w;
+    sum += w;
+  }
+  double joint = std::max(longest, sum / capacity);
+  if (sum / capacity > longest) {
+    std::sort(later.begin(), later.end(), [](const event& a, const event& b) {
+      return a.time != b.time ? a.time < b.time : a.seq != b.seq ? a.seq < b.seq : a.floor < b.floor;
+    });
+    // Below the next breakpoint the sum is constant: T = sum / capacity works if it comes first.
+    for (std::size_t e = 0; e < later.size() && sum / capacity > later[e].time;) {
+      const double at = later[e].time;
+      for (; e < later.size() && later[e].time == at; ++e) {
+        const event& x = later[e];
+        if (x.floor < floor_at[x.seq]) sum -= floor_at[x.seq] - x.floor, floor_at[x.seq] = x.floor;
+      }
+      joint = std::max(at, sum / capacity);
+    }
+  }
+  out.joint_s = std::max(joint, out.simple_s);  // equal or above in exact arithmetic; this absorbs rounding
+  return out;
+}
+
+/// The simple lower bound of DESIGN section 3 (`lower_bounds(...).simple_s`).
+template <cost_model C>
+double lower_bound(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
+  return lower_bounds(cost, batch, speeds).simple_s;
+}
+
+/// The joint lower bound of DESIGN section 3 (`lower_bounds(...).joint_s`).
+template <cost_model C>
+double joint_lower_bound(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
+  return lower_bounds(cost, batch, speeds).joint_s;
 }
 
 /// Sets every planned sequence's loss weight so the weights sum to 1 over the plan

@@ -5,7 +5,7 @@
 /// { "format": "dcp.plan/v1", "method": "dcp", "gpus": 32, "gpus_per_node": 8,
 ///   "memory_capacity_bytes": 1.269e11, "model": {"name": "cogvideox-5b", ...preset fields...},
 ///   "device": {"name": "h200", ...cost constants...},
-///   "batches": [ { "index": 0, "makespan_s": 1.9, "lower_bound_s": 1.8,
+///   "batches": [ { "index": 0, "makespan_s": 1.9, "lower_bound_s": 1.8, "joint_lower_bound_s": 1.85,
 ///      "steps": [ { "ranks": [0,1,2,3], "sp": 4, "start_s": 0.0, "time_s": 0.41,
 ///                   "memory_bytes": 9.1e10, "checkpointed_blocks": 12,
 ///                   "sequences": [ { "id": 17, "tokens": 30240, "shape": [120, 252],
@@ -89,6 +89,7 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
   nlohmann::ordered_json b = {{"index", index},
                       {"makespan_s", p.makespan_s},
                       {"lower_bound_s", p.lower_bound_s},
+                      {"joint_lower_bound_s", p.joint_lower_bound_s},
                       {"steps", std::move(steps)}};
   if (!p.skipped.empty()) {
     nlohmann::ordered_json skipped = nlohmann::ordered_json::array();
@@ -210,6 +211,8 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
       p.memory_capacity_bytes = doc.memory_capacity_bytes;
       p.makespan_s = number(at(jb, "makespan_s", wb), wb + " makespan_s");
       p.lower_bound_s = number(at(jb, "lower_bound_s", wb), wb + " lower_bound_s");
+      if (jb.contains("joint_lower_bound_s"))
+        p.joint_lower_bound_s = number(jb.at("joint_lower_bound_s"), wb + " joint_lower_bound_s");
       const auto& steps = at(jb, "steps", wb);
       if (!steps.is_array()) fail(wb + " \"steps\" is not an array");
       for (std::size_t i = 0; i < steps.size(); ++i) {

@@ -104,7 +104,7 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
     const double top = legend + panel * static_cast<double>(m);
     const double lanes_top = top + title;
     double total = 0, bound = 0;
-    for (const auto& p : runs[m].plans) total += p.makespan_s, bound += p.lower_bound_s;
+    for (const auto& p : runs[m].plans) total += p.makespan_s, bound += p.bound_s();
     os << "<g class=\"method\" data-method=\"" << detail::xml_escape(runs[m].method) << "\">\n"
        << "<text x=\"8\" y=\"" << num(top + 17) << "\" font-weight=\"bold\">" << detail::xml_escape(runs[m].method)
        << "</text><text x=\"" << num(left) << "\" y=\"" << num(top + 17) << "\">" << num(total) << " s, "

@@ -55,7 +55,7 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
             {"ts", offset_us},
             {"pid", pid},
             {"tid", 0},
-            {"args", {{"makespan_s", p.makespan_s}, {"lower_bound_s", p.lower_bound_s}}}});
+            {"args", {{"makespan_s", p.makespan_s}, {"lower_bound_s", p.lower_bound_s}, {"joint_lower_bound_s", p.joint_lower_bound_s}}}});
       for (std::size_t i = 0; i < p.steps.size(); ++i) {
         const plan_step& s = p.steps[i];
         std::int64_t tokens = 0;
