@@ -2,7 +2,8 @@
 // DESIGN section 7. With no arguments: cogvideox-zipf10 with cogvideox-5b on 32 H200 (8 per node),
 // one epoch, methods dcp, dcp-no-inter, dcp-no-intra, bucket, packed, dynamic_cp.
 //
-//   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET] [--gpus N] [--gpus-per-node G]
+//   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET | --model-config FILE] [--gpus N] [--gpus-per-node G]
+//           [--tp T] [--ep E] [--sharding replicated|zero1|zero3]
 //           [--device h200|h100] [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -27,6 +29,7 @@
 #include <dcp/cost/profiled_cost.hpp>
 #include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
+#include <dcp/model/config.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/profile/profile_json.hpp>
@@ -47,6 +50,10 @@ struct cli_options {
   std::string workload = "cogvideox-zipf10";
   std::string lengths;
   std::string model;
+  std::string model_config;
+  int tp = 1;
+  int ep = 1;
+  std::string sharding = "zero1";
   int gpus = 32;
   int gpus_per_node = 8;
   std::string device = "h200";
@@ -118,11 +125,23 @@ int run(const cli_options& o) {
     return "--global-batch-tokens " + std::to_string(o.global_batch_tokens) + " must be positive (0 = 262144 * GPUs)";
   });
   const std::string source = o.lengths.empty() ? o.workload : o.lengths;
-  const std::string model_name =
-      !o.model.empty() ? o.model : (o.lengths.empty() ? std::string(dcp::workloads::default_model(o.workload)) : "cogvideox-5b");
+  const dcp::transformer_spec model =
+      !o.model_config.empty() ? dcp::models::from_config(std::filesystem::path(o.model_config))
+      : !o.model.empty()      ? dcp::models::preset(o.model)
+                              : dcp::models::preset(o.lengths.empty() ? dcp::workloads::default_model(o.workload)
+                                                                      : std::string_view("cogvideox-5b"));
+  // The table's model line names the layout beyond data x sequence parallelism.
+  std::string model_name = model.name;
+  if (o.tp > 1) model_name += " tp" + std::to_string(o.tp);
+  if (o.ep > 1) model_name += " ep" + std::to_string(o.ep);
+  if (o.sharding != "zero1") model_name += " " + o.sharding;
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
-  const auto cost = dcp::make_analytic_cost(dcp::models::preset(model_name), device, o.gpus);
+  const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding)});
+  dcp::check(cost.is_classic() || (!o.truth && o.truth_profile.empty()), dcp::errc::invalid_argument, [&] {
+    return "--truth and --truth-profile price the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, "
+           "--sharding and the GQA/MoE/cross-attention model, or run without a truth";
+  });
   const dcp::dataset data = o.lengths.empty() ? dcp::workloads::make(o.workload, o.seed) : dcp::read_lengths_file(o.lengths);
 
   dcp::sim::method_settings settings;
@@ -188,7 +207,16 @@ int main(int argc, char** argv) {
   auto* lengths = app.add_option("--lengths", o.lengths, "lengths file: one sequence per line, 'n' or 'T S'");
   workload->excludes(lengths);
   lengths->excludes(workload);
-  app.add_option("--model", o.model, "model preset (cogvideox-5b, stdit3-xl, llama3-8b); default: the workload's");
+  auto* model = app.add_option("--model", o.model, "model preset (cogvideox-5b, stdit3-xl, llama3-8b, llama3-70b, "
+                                                   "qwen3-30b-a3b, wan2.1-14b); default: the workload's");
+  auto* model_config = app.add_option("--model-config", o.model_config, "a Hugging Face config.json describing the model");
+  model->excludes(model_config);
+  model_config->excludes(model);
+  app.add_option("--tp", o.tp, "tensor-parallel size: the planner's unit is a TP group of this many GPUs on one node")
+      ->capture_default_str();
+  app.add_option("--ep", o.ep, "expert-parallel size (MoE models): experts shard over this many GPUs")->capture_default_str();
+  app.add_option("--sharding", o.sharding, "weights/grads/optimizer layout: replicated, zero1 or zero3")
+      ->capture_default_str();
   app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")->capture_default_str();
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node G")->capture_default_str();
   app.add_option("--device", o.device, "device preset: h200 or h100")->capture_default_str();

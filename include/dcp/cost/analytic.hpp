@@ -108,6 +108,12 @@ struct analytic_cost {
     });
   }
 
+  /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
+  bool is_classic() const noexcept {
+    return tp == 1 && ep == 1 && sharding == sharding_kind::zero1 && model.kv_heads == 0 && model.head_dim == 0 &&
+           model.cross_attention_tokens == 0 && !model.is_moe();
+  }
+
   int blocks() const noexcept { return model.blocks; }
   /// Planner units: TP groups (GPUs when tp = 1).
   int gpus() const noexcept { return world / tp; }
