@@ -28,6 +28,7 @@
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/model/config.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/bucket_planner.hpp>
@@ -45,11 +46,11 @@
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/profile/profile_table.hpp>
 #include <dcp/profile/profiler.hpp>
+#include <dcp/random.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
-#include <dcp/sample/random.hpp>
 #include <dcp/sample/sample_concepts.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/scheduler.hpp>
