@@ -60,7 +60,8 @@ struct arguments {
       "Without --local the ranks are the MPI processes (mpirun -np R dcp-train-cpu ...).\n"
       "--fit-tokens: the analytic planner's device holds this many tokens per rank with nothing checkpointed.\n"
       "--profile: profile this model on this machine first (2-block truncation), then plan with the profile.\n"
-      "--profile-budget: seconds of runs the profiler may spend doubling batches (default 30, 0: no limit).\n");
+      "--profile-budget: seconds of runs after which the profiler stops doubling batches (default 30, 0: no\n"
+      "  limit); batch 1 of every length group always runs.\n");
   std::exit(code);
 }
 

@@ -115,7 +115,8 @@ struct profiler_options {
   int warmup = 1;
   int repeats = 3;
   int max_batch = 64;
-  /// Seconds of measured runs the batch-doubling pass may spend (pass 1 always runs); 0: no limit.
+  /// Seconds of measured runs (pass 1's included) past which no batch-doubling point starts;
+  /// pass 1 always runs in full. 0: no limit.
   double budget_s = 0;
   /// Skip a (group, sp) predicted to need more than this times the capacity fully checkpointed.
   double skip_margin = 1.25;
