@@ -28,6 +28,7 @@
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/group/tp_units.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>

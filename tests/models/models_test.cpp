@@ -1,0 +1,471 @@
+// Models beyond the paper's (DESIGN sections 4.1 and 4.2): the new presets' dimensions, an
+// independent transcription of the extended formulas, golden values (tests/data/models.json),
+// today's presets unchanged, config.json parsing and its errors, layout validation, and the plan
+// laws of every planner over random batches on TP units, zero3 and expert parallelism.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/error.hpp>
+#include <dcp/group/tp_units.hpp>
+#include <dcp/model/config.hpp>
+#include <dcp/model/transformer.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/random.hpp>
+
+#ifndef DCP_TEST_MODELS_JSON
+#error "DCP_TEST_MODELS_JSON must name tests/data/models.json"
+#endif
+
+namespace {
+
+using dcp::sharding_kind;
+
+bool rel_close(double a, double b, double tol) { return std::abs(a - b) <= tol * std::max({1.0, std::abs(a), std::abs(b)}); }
+
+// ---- An independent transcription of DESIGN 4.1/4.2, written from the text, for 1D models. ----
+struct reference {
+  const dcp::transformer_spec& m;
+  const dcp::device_spec& d;
+  int N, tp, ep;
+  sharding_kind sh;
+
+  double hq() const { return m.head_dim ? double(m.heads) * double(m.head_dim) : double(m.hidden); }
+  double dh() const { return m.head_dim ? double(m.head_dim) : double(m.hidden) / m.heads; }
+  double kvh() const { return m.kv_heads ? m.kv_heads : m.heads; }
+  double hkv() const { return kvh() * dh(); }
+  double pb() const {
+    const double h = double(m.hidden), self = 2 * h * hq() + 2 * h * hkv();
+    const double att = m.cross_attention_tokens ? 2 * self : self;
+    const double mlp = m.experts ? (m.experts + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
+                                 : m.mlp_matrices * h * double(m.mlp_width);
+    return att + mlp;
+  }
+  double pbe() const { return m.experts ? m.experts * m.mlp_matrices * double(m.hidden) * double(m.expert_width) : 0; }
+  double pact() const {
+    const double h = double(m.hidden);
+    double p = 2 * h * hq() + 2 * h * hkv() + (m.cross_attention_tokens ? 2 * h * hq() : 0);
+    p += m.experts ? (m.experts_per_token + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
+                   : m.mlp_matrices * h * double(m.mlp_width);
+    return p;
+  }
+  double attention(double n) const {
+    const double L = m.blocks, c = double(m.cross_attention_tokens);
+    double a = (m.attention == dcp::attention_kind::causal ? 2 : 4) * L * hq() * n * n;
+    return a + L * (4 * hq() * n * c + 4 * double(m.hidden) * hkv() * c);
+  }
+  double static_memory() const {
+    const double P = m.blocks * pb(), PE = m.blocks * pbe(), Pg = (P - PE) / tp + PE / (tp * ep);
+    if (sh == sharding_kind::replicated) return 16 * Pg;
+    if (sh == sharding_kind::zero3) return 16 * P / N + 6 * Pg / m.blocks;
+    return 4 * Pg + 12 * P / N;
+  }
+  double memory(double tokens, int sp, int k) const {
+    const double L = m.blocks, x = tokens / (sp * tp), h = double(m.hidden);
+    return static_memory() + ((L - k) * d.beta + 2 * k + d.beta) * h * x;
+  }
+  double time(std::span<const double> ns, int sp, int k) const {
+    const double L = m.blocks, h = double(m.hidden);
+    double tok = 0, A = 0;
+    for (double n : ns) tok += n, A += attention(n);
+    const double x = tok / sp, F = 2 * L * pact() * tok + A;
+    const double G = d.gpus_per_node;
+    double t = (3 + k / L) * F / (sp * tp * d.peak * d.eff_max * x / (x + d.x_half)) + d.tau * (3 * L + k);
+    if (sp > 1) {
+      const double kv = kvh() / tp >= sp ? hkv() / tp : dh() * sp;
+      const double w = (2 * hq() / tp + 2 * kv) / 4;
+      t += 4 * (2 * L + k) * (d.alpha + 2 * w * x * (sp - 1) / sp / (sp * tp <= G ? d.bw_intra : d.bw_inter));
+    }
+    if (tp > 1)
+      t += (m.cross_attention_tokens ? 6 : 4) * (2 * L + k) * (d.alpha + 2 * h * x * (tp - 1) / tp / d.bw_intra);
+    if (ep > 1)
+      t += 2 * (2 * L + k) *
+           (d.alpha + 2 * h * m.experts_per_token * x / tp * (ep - 1) / ep / (ep * tp <= G ? d.bw_intra : d.bw_inter));
+    if (sh == sharding_kind::zero3) {
+      const double D = double(N) / tp, De = D / ep;
+      const double V = 2 * ((pb() - pbe()) / tp * (D - 1) / D + pbe() / (tp * ep) * (De - 1) / De);
+      t = std::max(t, 3 * L * (d.alpha + V / (N <= G ? d.bw_intra : d.bw_inter)));
+    }
+    return t;
+  }
+};
+
+dcp::analytic_cost make(const dcp::transformer_spec& m, int N, int tp, int ep, sharding_kind sh) {
+  return dcp::make_analytic_cost(m, dcp::devices::h200(), N, {tp, ep, sh});
+}
+
+// ---- Presets ----
+
+TEST(ModelPresets, NewPresetsHaveTheirRealDimensions) {
+  const auto l = dcp::models::llama3_70b();
+  EXPECT_EQ(l.blocks, 80);
+  EXPECT_EQ(l.hidden, 8192);
+  EXPECT_EQ(l.key_value_heads(), 8);
+  EXPECT_EQ(l.block_parameters(), 2.0 * 8192 * 8192 + 2.0 * 8192 * 1024 + 3.0 * 8192 * 28672);
+  EXPECT_NEAR(l.parameters() / 1e9, 68.45, 0.01);  // 70.6B with embeddings and the head
+  const auto q = dcp::models::qwen3_30b_a3b();
+  EXPECT_EQ(q.query_width(), 4096.0);  // head_dim 128 x 32 heads, wider than h = 2048
+  EXPECT_EQ(q.key_value_width(), 512.0);
+  EXPECT_NEAR(q.parameters() / 1e9, 29.9, 0.05);                             // 30.5B with embeddings
+  EXPECT_NEAR(q.blocks * q.active_block_parameters() / 1e9, 2.73, 0.01);     // "A3B": 3.3B with embeddings
+  const auto w = dcp::models::wan2_1_14b();
+  EXPECT_EQ(w.cross_attention_tokens, 512);
+  EXPECT_NEAR(w.parameters() / 1e9, 14.0, 0.1);  // 14.05B in the blocks
+  for (auto name : {"llama3-70b", "qwen3-30b-a3b", "wan2.1-14b"}) {
+    EXPECT_NO_THROW(dcp::validate(dcp::models::preset(name))) << name;
+    EXPECT_EQ(dcp::models::preset(name).name, name);
+  }
+}
+
+// Today's presets and configurations price bit-identically through the extended code paths.
+TEST(ModelPresets, ClassicModelsAreUnchangedByTheExtensions) {
+  for (auto name : {"cogvideox-5b", "stdit3-xl", "llama3-8b"}) {
+    const auto m = dcp::models::preset(name);
+    const auto plain = dcp::make_analytic_cost(m, dcp::devices::h200(), 32);
+    const auto layout = make(m, 32, 1, 1, sharding_kind::zero1);
+    EXPECT_TRUE(plain.is_classic());
+    auto explicit_defaults = m;  // GQA fields spelled out at their defaults
+    explicit_defaults.kv_heads = m.heads;
+    explicit_defaults.head_dim = m.hidden / m.heads;
+    const auto spelled = dcp::make_analytic_cost(explicit_defaults, dcp::devices::h200(), 32);
+    EXPECT_EQ(plain.static_memory(), spelled.static_memory()) << name;
+    for (int sp : {1, 2, 4, 8, 16}) {
+      const auto l = plain.load_of(dcp::make_sequence(1, 2, 9000)) + plain.load_of(dcp::make_sequence(2, 3, 7000));
+      for (int k : {0, 5, m.blocks}) {
+        EXPECT_EQ(plain.time(l, sp, k), layout.time(l, sp, k)) << name;
+        EXPECT_EQ(plain.memory(l, sp, k), layout.memory(l, sp, k)) << name;
+        EXPECT_EQ(plain.time(l, sp, k), spelled.time(spelled.load_of(dcp::make_sequence(1, 2, 9000)) +
+                                                         spelled.load_of(dcp::make_sequence(2, 3, 7000)),
+                                                     sp, k))
+            << name;
+      }
+    }
+  }
+}
+
+// ---- The formulas, recomputed independently over random configurations ----
+
+struct config_case {
+  dcp::transformer_spec model;
+  int N, tp, ep;
+  sharding_kind sh;
+};
+
+std::vector<config_case> configurations() {
+  using dcp::models::preset;
+  return {{preset("llama3-70b"), 128, 8, 1, sharding_kind::zero3}, {preset("llama3-70b"), 64, 4, 1, sharding_kind::zero1},
+          {preset("llama3-70b"), 256, 8, 1, sharding_kind::zero1}, {preset("qwen3-30b-a3b"), 64, 1, 8, sharding_kind::zero1},
+          {preset("qwen3-30b-a3b"), 64, 2, 4, sharding_kind::zero3}, {preset("qwen3-30b-a3b"), 64, 1, 8, sharding_kind::replicated},
+          {preset("wan2.1-14b"), 64, 1, 1, sharding_kind::zero3},   {preset("wan2.1-14b"), 16, 2, 1, sharding_kind::zero1},
+          {preset("llama3-8b"), 16, 2, 1, sharding_kind::replicated}, {preset("llama3-8b"), 8, 1, 1, sharding_kind::zero3}};
+}
+
+TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
+  const std::uint64_t seed = 4101;
+  std::cout << "[     SEED ] " << seed << "\n";
+  dcp::xoshiro256ss g(seed);
+  int checked = 0;
+  for (const auto& c : configurations()) {
+    const auto cost = make(c.model, c.N, c.tp, c.ep, c.sh);
+    const reference ref{cost.model, cost.device, c.N, c.tp, c.ep, c.sh};
+    EXPECT_TRUE(rel_close(cost.static_memory(), ref.static_memory(), 1e-12)) << cost;
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<double> ns;
+      dcp::analytic_load load{};
+      const int b = 1 + static_cast<int>(dcp::uniform_below(g, 4));
+      for (int i = 0; i < b; ++i) {
+        const auto n = 1 + static_cast<std::int64_t>(std::exp(dcp::uniform01(g) * std::log(200000.0)));
+        load = load + cost.load_of(dcp::make_sequence(i, n));
+        ns.push_back(static_cast<double>(n));
+      }
+      const int sp = 1 << dcp::uniform_below(g, 4);
+      if (!dcp::legal_sp(cost, sp)) continue;
+      const int k = static_cast<int>(dcp::uniform_below(g, static_cast<std::uint64_t>(cost.blocks() + 1)));
+      EXPECT_TRUE(rel_close(cost.time(load, sp, k), ref.time(ns, sp, k), 1e-12)) << cost << " sp=" << sp << " k=" << k;
+      double tok = 0;
+      for (double n : ns) tok += n;
+      EXPECT_TRUE(rel_close(cost.memory(load, sp, k), ref.memory(tok, sp, k), 1e-12)) << cost;
+      // The laws the planners and the lower bound rely on.
+      if (cost.memory(load, sp, k) <= cost.capacity()) {
+        EXPECT_LE(cost.work_floor(load, sp, k), sp * cost.time(load, sp, k) * (1 + 1e-12)) << cost;
+        EXPECT_LE(cost.packed_work_floor(load, sp, k), sp * cost.time(load, sp, k) * (1 + 1e-12)) << cost;
+      }
+      EXPECT_GE(cost.packed_work_floor(load, sp, k), cost.work_floor(load, sp, k) * (1 - 1e-12)) << cost;
+      if (k < cost.blocks()) {
+        EXPECT_LE(cost.time(load, sp, k), cost.time(load, sp, k + 1)) << cost;
+        EXPECT_GE(cost.memory(load, sp, k), cost.memory(load, sp, k + 1)) << cost;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 200);
+}
+
+TEST(ModelFormulas, LayoutsTradeMemoryForCommunication) {
+  const auto m = dcp::models::llama3_70b();
+  const auto z1 = make(m, 128, 8, 1, sharding_kind::zero1), z3 = make(m, 128, 8, 1, sharding_kind::zero3);
+  EXPECT_LT(z3.static_memory(), z1.static_memory());
+  EXPECT_GT(z3.max_tokens_per_gpu(), z1.max_tokens_per_gpu());
+  EXPECT_THROW((void)make(m, 128, 1, 1, sharding_kind::zero1), dcp::error);  // 70B zero1 without TP does not fit
+  // zero3: a step takes at least its gathers and scatters; a big one hides them.
+  const auto small = z3.load_of(dcp::make_sequence(1, 512)), big = z3.load_of(dcp::make_sequence(2, 200000));
+  EXPECT_EQ(z3.time(small, 1, 0), z3.step_floor());
+  EXPECT_GT(z3.time(big, 1, 80), z3.step_floor());
+  EXPECT_EQ(z1.step_floor(), 0.0);
+  // TP: the unit count and the per-rank heads.
+  EXPECT_EQ(z1.gpus(), 16);
+  EXPECT_EQ(z1.gpus_per_node(), 1);
+  EXPECT_EQ(z1.heads(), 8);
+  // EP: expert weights shard, the all-to-alls cost time.
+  const auto q = dcp::models::qwen3_30b_a3b();
+  const auto ep1 = make(q, 64, 1, 1, sharding_kind::zero1), ep8 = make(q, 64, 1, 8, sharding_kind::zero1);
+  EXPECT_LT(ep8.static_memory(), ep1.static_memory());
+  const auto l = ep1.load_of(dcp::make_sequence(1, 8192));
+  EXPECT_GT(ep8.time(l, 1, 0), ep1.time(l, 1, 0));
+}
+
+TEST(ModelFormulas, LayoutValidationNamesTheValue) {
+  auto expect_error = [](auto f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one naming " << needle;
+    } catch (const dcp::error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const auto llama = dcp::models::llama3_70b();
+  expect_error([&] { (void)make(llama, 128, 3, 1, sharding_kind::zero3); }, "tp = 3");
+  auto big_node = dcp::devices::h200();
+  big_node.gpus_per_node = 16;
+  expect_error([&] { (void)dcp::make_analytic_cost(llama, big_node, 128, {16, 1, sharding_kind::zero3}); }, "kv_heads = 8");
+  expect_error([&] { (void)make(llama, 128, 8, 2, sharding_kind::zero3); }, "ep = 2 needs a MoE model");
+  expect_error([&] { (void)make(dcp::models::qwen3_30b_a3b(), 64, 1, 3, sharding_kind::zero1); }, "ep = 3");
+  expect_error([] { (void)dcp::sharding_of("zero2"); }, "'zero2'");
+  auto bad = dcp::models::qwen3_30b_a3b();
+  bad.experts_per_token = 200;
+  expect_error([&] { dcp::validate(bad); }, "experts_per_token = 200");
+  bad = dcp::models::llama3_70b();
+  bad.kv_heads = 7;
+  expect_error([&] { dcp::validate(bad); }, "kv_heads = 7");
+}
+
+// ---- Golden values: generated by this implementation (DCP_MODELS_GOLDEN_OUT=path writes them) ----
+
+nlohmann::json golden_cases() {
+  nlohmann::json cases = nlohmann::json::array();
+  const std::vector<std::vector<std::int64_t>> batches = {{4096}, {32768, 8192}, {131072}, {1000, 2000, 3000, 700}};
+  for (const auto& c : configurations()) {
+    const auto cost = make(c.model, c.N, c.tp, c.ep, c.sh);
+    for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+      const int sp = 1 << (bi % 3);
+      const int k = static_cast<int>(bi) * cost.blocks() / 4;
+      dcp::analytic_load load{};
+      for (std::size_t i = 0; i < batches[bi].size(); ++i)
+        load = load + cost.load_of(dcp::make_sequence(static_cast<std::int64_t>(i), batches[bi][i]));
+      cases.push_back({{"model", c.model.name},
+                       {"gpus", c.N},
+                       {"tp", c.tp},
+                       {"ep", c.ep},
+                       {"sharding", dcp::to_string(c.sh)},
+                       {"tokens", batches[bi]},
+                       {"sp", sp},
+                       {"checkpointed_blocks", k},
+                       {"time_s", cost.time(load, sp, k)},
+                       {"memory_bytes", cost.memory(load, sp, k)},
+                       {"static_memory_bytes", cost.static_memory()},
+                       {"work_floor_unit_s", cost.work_floor(load, sp, k)}});
+    }
+  }
+  return cases;
+}
+
+TEST(ModelGolden, MatchesTheStoredValues) {
+  if (const char* out = std::getenv("DCP_MODELS_GOLDEN_OUT")) {
+    nlohmann::json j;
+    j["about"] =
+        "Generated by analytic_cost (tests/models/models_test.cpp, DCP_MODELS_GOLDEN_OUT) from the formulas of DESIGN "
+        "sections 4.1 and 4.2 on the h200 preset: 1D sequences of the given token counts, sp in planner units (TP "
+        "groups), time = max(t_comp + t_comm + t_over, [zero3] 3 L (alpha + V_b / bw_dp)), memory = M_static + "
+        "((L-k) beta + 2k + beta) h N_tok / (sp tp). Match to 1e-9 relative.";
+    j["cases"] = golden_cases();
+    std::ofstream(out) << j.dump(1) << "\n";
+  }
+  std::ifstream in(DCP_TEST_MODELS_JSON);
+  ASSERT_TRUE(in) << "cannot open " << DCP_TEST_MODELS_JSON;
+  const auto stored = nlohmann::json::parse(in).at("cases");
+  const auto fresh = golden_cases();
+  ASSERT_EQ(stored.size(), fresh.size());
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i) + " " + stored[i].dump());
+    for (const char* f : {"model", "gpus", "tp", "ep", "sharding", "tokens", "sp", "checkpointed_blocks"})
+      EXPECT_EQ(stored[i].at(f), fresh[i].at(f)) << f;
+    for (const char* f : {"time_s", "memory_bytes", "static_memory_bytes", "work_floor_unit_s"})
+      EXPECT_TRUE(rel_close(stored[i].at(f).get<double>(), fresh[i].at(f).get<double>(), 1e-9)) << f;
+  }
+}
+
+// ---- config.json ----
+
+const char* llama70_config = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64, "num_hidden_layers": 80,
+  "num_key_value_heads": 8, "rope_theta": 500000.0, "torch_dtype": "bfloat16", "vocab_size": 128256})";
+const char* qwen3_config = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu", "head_dim": 128,
+  "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_attention_heads": 32,
+  "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+  "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": []})";
+const char* wan_config = R"({"model_type": "t2v", "dim": 5120, "ffn_dim": 13824, "num_heads": 40, "num_layers": 40,
+  "text_len": 512, "in_dim": 16, "out_dim": 16, "freq_dim": 256})";
+
+dcp::transformer_spec parse(const std::string& text) {
+  std::istringstream in(text);
+  return dcp::models::from_config(in, "test-config.json");
+}
+
+TEST(ModelConfig, ReadsTheConfigsOfTheNewPresets) {
+  auto l = parse(llama70_config);
+  EXPECT_EQ(l.name, "llama");
+  l.name = "llama3-70b";
+  EXPECT_EQ(l, dcp::models::llama3_70b());
+  auto q = parse(qwen3_config);
+  q.name = "qwen3-30b-a3b";
+  EXPECT_EQ(q, dcp::models::qwen3_30b_a3b());
+  auto w = parse(wan_config);
+  w.name = "wan2.1-14b";
+  EXPECT_EQ(w, dcp::models::wan2_1_14b());
+  // A name given wins; a file path is read too.
+  EXPECT_EQ(parse(R"({"name": "mine", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "intermediate_size": 256})").name, "mine");
+  EXPECT_EQ(parse(R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+                      "hidden_act": "gelu"})").mlp_matrices, 2);
+}
+
+TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
+  struct bad {
+    std::string text, needle;
+  };
+  const bad cases[] = {
+      {R"({"num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256})", "missing field 'hidden_size'"},
+      {R"({"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256})", "missing field 'num_hidden_layers'"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 256})", "'num_attention_heads'"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4})", "'intermediate_size'"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 5, "intermediate_size": 256})",
+       "num_attention_heads = 5 does not divide hidden_size = 64"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3,
+           "intermediate_size": 256})", "num_key_value_heads = 3"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2.5, "num_attention_heads": 4, "intermediate_size": 256})",
+       "'num_hidden_layers' = 2.5"},
+      {R"({"hidden_size": "64", "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256})",
+       "'hidden_size' = \"64\""},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "num_experts": 8, "moe_intermediate_size": 32})", "missing field 'num_experts_per_tok'"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "num_experts": 8, "num_experts_per_tok": 9, "moe_intermediate_size": 32})", "num_experts_per_tok = 9"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "num_experts_per_tok": 2})", "num_experts is missing"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "attention": "sliding"})", "attention = 'sliding'"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 256,
+           "attention": "factorized_2d"})", "even number of blocks"},
+      {R"([1, 2])", "not a JSON object"},
+      {R"({"hidden_size": 64,)", "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    try {
+      (void)parse(c.text);
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const dcp::error& e) {
+      EXPECT_EQ(e.code(), dcp::errc::parse_error) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what() << "\nwanted: " << c.needle;
+      EXPECT_NE(std::string(e.what()).find("test-config.json"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    (void)dcp::models::from_config(std::filesystem::path("/nonexistent/config.json"));
+    ADD_FAILURE() << "a missing file was accepted";
+  } catch (const dcp::error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/config.json"), std::string::npos) << e.what();
+  }
+}
+
+// ---- Plan laws on TP units, zero3 and expert parallelism ----
+
+void check_gpu_layout(const dcp::plan& p, const dcp::analytic_cost& cost, const char* what) {
+  const dcp::tp_units units{cost.tp};
+  const int G = cost.device.gpus_per_node;
+  for (const auto& st : p.steps) {
+    const auto gpus = units.gpus_of(st.ranks);
+    EXPECT_EQ(gpus.size, st.sp() * cost.tp) << what;
+    EXPECT_EQ(gpus.first % gpus.size, 0) << what << ": GPU block " << gpus << " not aligned";
+    EXPECT_LE(gpus.end(), cost.world) << what;
+    if (gpus.size <= G) {
+      EXPECT_EQ(gpus.first / G, (gpus.end() - 1) / G) << what << ": " << gpus << " straddles nodes";
+    }
+    for (int r = gpus.first; r < gpus.end(); ++r) {
+      EXPECT_TRUE(st.ranks.contains(units.unit_of(r))) << what;
+      EXPECT_EQ(units.tp_group_of(r).first / cost.tp, units.unit_of(r)) << what;
+    }
+  }
+}
+
+TEST(ModelPlans, EveryPlannerKeepsThePlanLawsOnNewLayouts) {
+  const std::uint64_t seed = 4102;
+  std::cout << "[     SEED ] " << seed << "\n";
+  dcp::xoshiro256ss g(seed);
+  using dcp::models::preset;
+  const config_case layouts[] = {{preset("llama3-70b"), 64, 8, 1, sharding_kind::zero3},
+                                 {preset("llama3-70b"), 32, 4, 1, sharding_kind::zero1},
+                                 {preset("wan2.1-14b"), 32, 1, 1, sharding_kind::zero3},
+                                 {preset("qwen3-30b-a3b"), 32, 1, 8, sharding_kind::zero1},
+                                 {preset("qwen3-30b-a3b"), 16, 2, 4, sharding_kind::zero3},
+                                 {preset("llama3-8b"), 16, 2, 1, sharding_kind::replicated}};
+  int plans = 0;
+  for (const auto& c : layouts) {
+    const auto cost = make(c.model, c.N, c.tp, c.ep, c.sh);
+    const double longest = 0.95 * static_cast<double>(dcp::largest_feasible_tokens(cost));
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<dcp::sequence> batch;
+      const int count = 1 + static_cast<int>(dcp::uniform_below(g, 48));
+      for (int i = 0; i < count; ++i) {
+        const double n = std::exp(dcp::uniform01(g) * std::log(std::max(2.0, longest)));
+        batch.push_back(dcp::make_sequence(i * 7 + trial, std::max<std::int64_t>(1, static_cast<std::int64_t>(n))));
+      }
+      const std::span<const dcp::sequence> b(batch);
+      const dcp::plan ps[] = {dcp::dcp_planner{}.plan(cost, b), dcp::bucket_planner{}.plan(cost, b),
+                              dcp::packed_planner{}.plan(cost, b), dcp::dynamic_cp_planner{}.plan(cost, b)};
+      const double bound = dcp::joint_lower_bound(cost, b);
+      for (const auto& p : ps) {
+        const auto v = dcp::plan_violations(p, b, cost);
+        std::string text;
+        for (const auto& s : v) text += s + "\n";
+        EXPECT_TRUE(v.empty()) << p.method << " on " << cost << ":\n" << text;
+        check_gpu_layout(p, cost, p.method.c_str());
+        EXPECT_LE(bound, p.makespan_s * (1 + 1e-9)) << p.method << " beats the lower bound on " << cost;
+        // zero3: every step pays at least its weight gathers.
+        for (const auto& st : p.steps) EXPECT_GE(st.time_s, cost.step_floor() * (1 - 1e-12));
+        ++plans;
+      }
+    }
+  }
+  EXPECT_EQ(plans, 6 * 3 * 4);
+}
+
+}  // namespace
