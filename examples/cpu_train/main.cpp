@@ -25,6 +25,7 @@
 #include <dcp/comm/mpi.hpp>
 #endif
 
+#include "calibrate.hpp"
 #include "profile_step.hpp"
 #include "trainer.hpp"
 
@@ -48,6 +49,7 @@ struct arguments {
   double profile_budget = 30;  // seconds of runs for the profiler's batch doubling
   std::string profile_out, profile_in;
   bool quiet_plan = false;
+  bool calibrate = false;  // profile, fit, then plan with online calibration (calibrate.hpp)
 };
 
 [[noreturn]] void usage(int code) {
@@ -57,7 +59,10 @@ struct arguments {
       "         [--causal] [--min-len N] [--max-len N] [--sequences N] [--global-batch-tokens N]\n"
       "         [--fit-tokens N] [--seed S] [--profile] [--profile-budget S]\n"
       "         [--profile-out FILE] [--profile-in FILE] [--quiet-plan]\n"
+      "         [--calibrate]\n"
       "Without --local the ranks are the MPI processes (mpirun -np R dcp-train-cpu ...).\n"
+      "--calibrate: profile, fit dcp::fitted_cost to the profile, train with online calibration, and print each\n"
+      "  micro-step's measured time (host clock) against the analytic, profiled, fitted and calibrated models.\n"
       "--fit-tokens: the analytic planner's device holds this many tokens per rank with nothing checkpointed.\n"
       "--profile: profile this model on this machine first (2-block truncation), then plan with the profile.\n"
       "--profile-budget: seconds of runs after which the profiler stops doubling batches (default 30, 0: no\n"
@@ -101,6 +106,7 @@ arguments parse(int argc, char** argv) {
     else if (k == "--profile-out") a.profile_out = value();
     else if (k == "--profile-in") a.profile_in = value();
     else if (k == "--quiet-plan") a.quiet_plan = true;
+    else if (k == "--calibrate") a.calibrate = true;
     else {
       std::fprintf(stderr, "dcp-train-cpu: unknown option %s\n", k.c_str());
       usage(2);
@@ -190,7 +196,7 @@ void run_with_planner(Comm& world, const arguments& a) {
       train<T>(world, a, cost, dcp::packed_planner{}.tune(cost, std::span<const dcp::sequence>(data), a.batch_tokens));
     }
   };
-  if (!a.profile && a.profile_in.empty()) {
+  if (!a.profile && a.profile_in.empty() && !a.calibrate) {
     go(dcp::make_analytic_cost(spec, device, world.size()));
     return;
   }
@@ -222,6 +228,15 @@ void run_with_planner(Comm& world, const arguments& a) {
   world.broadcast(std::span<char>(text.data(), text.size()), 0);
   std::istringstream in(text);
   auto table = dcp::read_profile(in, "broadcast profile");
+  if (a.calibrate) {
+    const auto analytic = dcp::make_analytic_cost(spec, device, world.size());
+    const auto fitted = dcp::fit_profile(table, dcp::make_fitted_cost(analytic));
+    if (world.rank() == 0) std::cout << "fitted to the profile's " << table.entries.size() << " entries: " << fitted << "\n";
+    train_calibrated<T>(world, a.model, a.data, a.sequences, a.steps, a.batch_tokens,
+                        {a.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam, a.lr}, analytic,
+                        dcp::make_profiled_cost(table, spec, device.name, world.size()), fitted);
+    return;
+  }
   auto profiled = dcp::make_profiled_cost(std::move(table), spec, device.name, world.size());
   if (world.rank() == 0)
     report_profile_coverage(dcp::make_analytic_cost(spec, device, world.size()), profiled, a.data.make(a.sequences));

@@ -14,10 +14,12 @@
 ///   5. the optimizer step (SGD or Adam), identical on every rank.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dcp/comm/local.hpp>
@@ -133,6 +135,8 @@ struct step_summary {
   dcp::plan plan;
   std::size_t micro_steps = 0;        ///< this rank's micro-steps
   std::int64_t recomputed_blocks = 0;  ///< model blocks recomputed by this rank, summed over its micro-steps
+  /// This rank's micro-steps: index in `plan.steps` and host wall-clock seconds of forward+backward.
+  std::vector<std::pair<std::size_t, double>> timed;
 };
 
 /// One training step under the scheduler's plan (collective over `sched.world()`).
@@ -156,7 +160,9 @@ step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<
                                                 : 0;
     out.recomputed_blocks += k;
     auto* comm = st.sp() > 1 ? &st.comm() : nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
     loss += model.forward_backward(shard, comm, k, std::span<T>(g).first(n));
+    out.timed.emplace_back(st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   out.micro_steps = steps.size();
   g[n] = loss;

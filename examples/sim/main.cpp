@@ -7,10 +7,12 @@
 //           [--device h200|h100] [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
+//           [--calibrate]
 //
 // With --truth or --truth-profile every plan is made on the analytic model and executed on the
 // truth clock (DESIGN section 8), and the default methods gain the `oracle` row.
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/device.hpp>
@@ -33,6 +36,7 @@
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/profile/profile_json.hpp>
+#include <dcp/sim/calibrated.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>
@@ -67,6 +71,7 @@ struct cli_options {
   std::optional<std::string> truth;
   std::string truth_profile;
   std::optional<std::uint64_t> truth_seed;
+  bool calibrate = false;
 };
 
 std::vector<std::string> split_methods(const std::string& list, bool on_truth) {
@@ -113,6 +118,43 @@ method_runs run_methods(const std::vector<std::string>& methods, const Cost& cos
   return out;
 }
 
+// --calibrate: the dcp-calibrated row (sim/calibrated.hpp) joins the runs, and `summary` gets
+// how it and dcp compare with the oracle: tokens/s over the run and over its second half, and
+// out-of-memory steps after the first batch.
+template <class T>
+void add_calibrated(method_runs& runs, const std::vector<std::string>& methods, const dcp::analytic_cost& cost,
+                    const std::vector<std::vector<dcp::sequence>>& batches, const dcp::sim::truth<T>& truth,
+                    const dcp::sim::method_settings& settings, dcp::sim::options opt, nlohmann::json& summary) {
+  opt.keep_plans = true;
+  auto r = dcp::sim::simulate_calibrated(cost, std::span<const std::vector<dcp::sequence>>(batches), truth, settings,
+                                         {}, opt);
+  runs.rows.push_back(r.metrics);
+  runs.plans.push_back(std::move(r.plans));
+  runs.executed.push_back(std::move(r.executed));
+  std::vector<std::string> names = methods;
+  names.emplace_back(dcp::sim::calibrated_method);
+  const auto at = [&](std::string_view m) {
+    const auto it = std::find(names.begin(), names.end(), m);
+    return it == names.end() ? names.size() : std::size_t(it - names.begin());
+  };
+  const std::size_t oracle = at("oracle"), n = batches.size();
+  auto tps = [&](std::size_t i, std::size_t from) {
+    return dcp::sim::tokens_per_s(std::span<const dcp::plan>(runs.executed[i]), from, n);
+  };
+  for (std::string_view m : {dcp::sim::calibrated_method, std::string_view("dcp")}) {
+    const std::size_t i = at(m);
+    if (i == names.size()) continue;
+    nlohmann::json j;
+    j["oom_steps_after_first_batch"] =
+        dcp::sim::oom_steps(std::span<const dcp::plan>(runs.executed[i]), truth.model.capacity(), 1, n);
+    if (oracle < names.size()) {
+      j["vs_oracle"] = tps(i, 0) / tps(oracle, 0);
+      j["vs_oracle_second_half"] = tps(i, n / 2) / tps(oracle, n / 2);
+    }
+    summary[std::string(m)] = j;
+  }
+}
+
 int run(const cli_options& o) {
   // Inputs first, so that a typo fails before any work.
   const bool on_truth = o.truth.has_value() || !o.truth_profile.empty();
@@ -156,6 +198,10 @@ int run(const cli_options& o) {
   for (const auto& s : data) header.tokens += cost.tokens_of(s);
 
   const bool views = !o.trace_out.empty() || !o.svg_out.empty();
+  dcp::check(!o.calibrate || on_truth, dcp::errc::invalid_argument, [] {
+    return std::string("--calibrate learns a truth clock; give --truth SPEC or --truth-profile FILE");
+  });
+  nlohmann::json calibration;
   dcp::sim::options opt;
   opt.seed = o.seed;
   opt.global_batch_tokens = o.global_batch_tokens;
@@ -171,12 +217,14 @@ int run(const cli_options& o) {
     const auto truth = dcp::sim::make_truth(std::move(profiled), spec, truth_seed);
     header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
     header.truth_seed = truth_seed;
-    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views, &truth);
+    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+    if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
   } else if (o.truth) {
     const auto truth = dcp::sim::make_truth(spec, cost, truth_seed);
     header.truth = o.truth->empty() ? std::string("(the model itself)") : *o.truth;
     header.truth_seed = truth_seed;
-    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views, &truth);
+    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+    if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
   } else {
     runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views,
                        static_cast<const dcp::sim::truth<dcp::analytic_cost>*>(nullptr));
@@ -190,8 +238,20 @@ int run(const cli_options& o) {
     if (!o.trace_out.empty()) dcp::sim::write_trace(o.trace_out, runs_view);
     if (!o.svg_out.empty()) dcp::sim::write_svg(o.svg_out, runs_view);
   }
-  if (o.json) std::cout << dcp::sim::table_json(header, rows).dump(2) << "\n";
-  else dcp::sim::print_table(std::cout, header, rows);
+  if (o.json) {
+    auto j = dcp::sim::table_json(header, rows);
+    if (o.calibrate) j["calibration"] = calibration;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    dcp::sim::print_table(std::cout, header, rows);
+    for (const auto& [m, c] : calibration.items()) {
+      std::cout << m << ": " << c["oom_steps_after_first_batch"].get<std::int64_t>() << " OOM steps after the first batch";
+      if (c.contains("vs_oracle"))
+        std::cout << ", tokens/s " << c["vs_oracle"].get<double>() << " x oracle over the run, "
+                  << c["vs_oracle_second_half"].get<double>() << " x over its second half";
+      std::cout << "\n";
+    }
+  }
   return 0;
 }
 
@@ -237,6 +297,8 @@ int main(int argc, char** argv) {
   app.add_option("--truth-profile", o.truth_profile, "execute every plan on a dcp.profile/v1 table as the true clock "
                                                      "(--truth may add slow_gpus and jitter)");
   app.add_option("--truth-seed", o.truth_seed, "seed of the truth's jitter (default: --seed)");
+  app.add_flag("--calibrate", o.calibrate, "add the dcp-calibrated row: dcp planning each batch on the model refitted "
+                                           "to the previous batches' steps as they ran on the truth");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -82,10 +82,10 @@ inline std::vector<dcp::step_observation> observe_on(const dcp::fitted_cost& tru
   return out;
 }
 
-/// A global batch of `count` 1D sequences (ids from `first_id`), 256 to 64k tokens.
-inline dcp::dataset random_batch(rng& g, int count, std::int64_t first_id) {
+/// A global batch of `count` 1D sequences (ids from `first_id`), 256 to `longest` tokens.
+inline dcp::dataset random_batch(rng& g, int count, std::int64_t first_id, double longest = 65536) {
   dcp::dataset b;
-  for (int i = 0; i < count; ++i) b.push_back(dcp::make_sequence(first_id + i, std::int64_t(g.log_between(256, 65536))));
+  for (int i = 0; i < count; ++i) b.push_back(dcp::make_sequence(first_id + i, std::int64_t(g.log_between(256, longest))));
   return b;
 }
 

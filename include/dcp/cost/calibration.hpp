@@ -33,7 +33,7 @@ struct calibration_options {
   bool enabled = false;             ///< observe steps and replan with the refitted model
   double memory_margin = 0.05;      ///< planning capacity = C / (1 + margin) until peaks are measured
   double min_memory_margin = 0.01;  ///< the least margin measured peaks may tighten it to
-  double prior_weight = 0.01;       ///< `fit_options::prior_weight`
+  double prior_weight = 0.001;      ///< `fit_options::prior_weight`
   std::size_t window = 4096;        ///< most recent executed steps the fit uses
   bool learn_speed = true;          ///< learn per-GPU speed factors (the planner's `speeds`)
   double speed_tolerance = 0.03;    ///< a GPU within this fraction of the median runs at speed 1

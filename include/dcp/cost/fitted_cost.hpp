@@ -224,6 +224,10 @@ struct fitted_cost {
   /// memory does not grow with k (m_ckpt <= m_act) and the static memory fits.
   void validate() const {
     shape.validate();
+    check(shape.is_classic(), errc::invalid_argument, [] {
+      return std::string("fitted_cost mirrors the dense zero1 model of DESIGN section 4 (tp = ep = 1, zero1, plain "
+                         "multi-head self-attention, dense MLP); fit that model, or plan with analytic_cost");
+    });
     const auto t = coef.time_array();
     const auto m = coef.memory_array();
     const char* names[] = {"linear_flop_s",  "attention_flop_s", "intra_byte_s",     "inter_byte_s",    "message_s",
@@ -346,10 +350,10 @@ struct step_observation {
 
 /// How `fit_cost` weighs the prior against the data.
 struct fit_options {
-  /// Ridge weight toward the prior, per coefficient, in squared relative residuals: 0.01 costs
-  /// as much as moving one step's prediction by 10%, so data wins where it says anything and the
-  /// prior fills in the directions a few steps leave undetermined.
-  double prior_weight = 0.01;
+  /// Ridge weight toward the prior, per coefficient, in squared relative residuals: 0.001 costs
+  /// as much as moving one step's prediction by about 3%, so data wins where it says anything and
+  /// the prior fills in the directions a few steps leave undetermined.
+  double prior_weight = 0.001;
   bool fit_time = true, fit_memory = true;
   friend bool operator==(const fit_options&, const fit_options&) = default;
   friend std::ostream& operator<<(std::ostream& os, const fit_options& o) {
@@ -361,8 +365,11 @@ struct fit_options {
 namespace detail {
 
 // Ridge-to-prior NNLS in relative units: coefficient j = prior_j * u_j, residual of step i
-// (sum_j f_ij prior_j u_j - y_i) / y_i, penalty w (u_j - 1)^2. Terms whose prior is 0 or
-// whose feature never appears keep the prior.
+// (sum_j f_ij prior_j u_j - y_i) / (y_i + y_med), penalty w (u_j - 1)^2, y_med the median
+// measurement: relative error for long steps, absolute error (in units of a typical step) for
+// short ones, so steps a thousand times shorter than the rest, whose time is mostly noise,
+// cannot outvote the steps that make up the makespan. Terms whose prior is 0 or whose feature
+// never appears keep the prior.
 template <std::size_t K, class Features>
 std::array<double, K> fit_terms(const std::array<double, K>& prior, std::span<const step_observation> obs,
                                 Features&& features, double (*measured)(const step_observation&), double weight) {
@@ -382,6 +389,9 @@ std::array<double, K> fit_terms(const std::array<double, K>& prior, std::span<co
     n += active[j];
   }
   if (n == 0) return prior;
+  std::vector<double> sorted = ys;
+  std::sort(sorted.begin(), sorted.end());
+  const double y_med = sorted[sorted.size() / 2];
   std::vector<std::size_t> cols;
   for (std::size_t j = 0; j < K; ++j)
     if (active[j]) cols.push_back(j);
@@ -391,8 +401,9 @@ std::array<double, K> fit_terms(const std::array<double, K>& prior, std::span<co
     double fixed = 0;  // inactive terms at their prior
     for (std::size_t j = 0; j < K; ++j)
       if (!active[j]) fixed += rows[i][j] * prior[j];
-    for (std::size_t c = 0; c < n; ++c) a[i * n + c] = rows[i][cols[c]] * prior[cols[c]] / ys[i];
-    b[i] = 1 - fixed / ys[i];
+    const double scale = ys[i] + y_med;
+    for (std::size_t c = 0; c < n; ++c) a[i * n + c] = rows[i][cols[c]] * prior[cols[c]] / scale;
+    b[i] = (ys[i] - fixed) / scale;
   }
   if (weight > 0) {
     const double w = std::sqrt(weight);
@@ -490,8 +501,8 @@ inline std::vector<step_observation> observations_of(const profile_table& t, con
   return out;
 }
 
-/// Fits `prior` to a profile table (a few points suffice); the table must be for the prior's
-/// model and N.
+/// Fits `prior` to a profile table (a few points suffice) and takes the table's memory capacity;
+/// the table must be for the prior's model and N.
 inline fitted_cost fit_profile(const profile_table& t, const fitted_cost& prior, const fit_options& opt = {}) {
   validate(t);
   check(t.model == prior.shape.model && t.gpus == prior.gpus(), errc::mismatch, [&] {
@@ -499,8 +510,11 @@ inline fitted_cost fit_profile(const profile_table& t, const fitted_cost& prior,
            " GPUs, the prior for '" + prior.shape.model.name + "' on " + std::to_string(prior.gpus()) +
            "; fit the profile of this job";
   });
-  const auto obs = observations_of(t, prior);
-  return fit_cost(prior, obs, opt);
+  // The job's capacity is the profile's (its static memory is fitted with the rest).
+  fitted_cost shaped = prior;
+  shaped.shape.device.mem_bytes = t.memory_capacity_bytes / shaped.shape.device.usable;
+  const auto obs = observations_of(t, shaped);
+  return fit_cost(shaped, obs, opt);
 }
 
 // --- dcp.fit/v1 ------------------------------------------------------------------------------------

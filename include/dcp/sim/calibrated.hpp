@@ -1,0 +1,97 @@
+#pragma once
+/// \file
+/// The `dcp-calibrated` method of `dcp-sim --calibrate` (DESIGN section 4.1): every global batch
+/// is planned by the dcp planner on the model a `calibrator` refitted from the steps of all
+/// earlier batches as they ran on the truth (their true times and memory), with the per-GPU
+/// speeds it learned; the first batch plans on the prior (the planner's analytic model) with the
+/// initial memory margin. What a training loop with `scheduler_options::calibration` does, on the
+/// simulator's truth clock.
+///
+/// An out-of-memory step reports its true peak but no time (it did not run as planned), so it
+/// widens the margin without skewing the time fit.
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/cost/calibration.hpp>
+#include <dcp/cost/fitted_cost.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
+#include <dcp/sequence.hpp>
+#include <dcp/sim/execute.hpp>
+#include <dcp/sim/methods.hpp>
+#include <dcp/sim/metrics.hpp>
+#include <dcp/sim/simulator.hpp>
+#include <dcp/sim/truth.hpp>
+
+namespace dcp::sim {
+
+/// The name of the calibrated method's row.
+inline constexpr std::string_view calibrated_method = "dcp-calibrated";
+
+/// Plans every batch on the calibrated model, executes it on `t`, and feeds the executed steps
+/// back (see the file comment). Plan time includes the refit.
+template <cost_model T>
+truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const std::vector<sequence>> batches,
+                                     const truth<T>& t, const method_settings& s, calibration_options copt = {},
+                                     const options& opt = {}) {
+  copt.enabled = true;
+  calibrator cal(make_fitted_cost(cost), copt);
+  dcp_planner planner;
+  planner.loss = s.loss;
+  planner.on_infeasible = s.on_infeasible;
+  truth_run_result out;
+  out.metrics.method = std::string(calibrated_method);
+  out.metrics.gpus = cost.gpus();
+  out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating " + std::string(calibrated_method));
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (i > 0) cal.refit();
+    planner.speeds = cal.speeds();
+    plan p = planner.plan(cal.model(), std::span<const sequence>(batches[i]), selective_recompute{});
+    p.method = std::string(calibrated_method);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    execution e = execute(p, t, i);
+    for (std::size_t j = 0; j < e.executed.steps.size(); ++j) {
+      const auto& st = e.executed.steps[j];
+      executed_step x{{}, st.ranks, st.checkpointed_blocks, {}, {}};
+      for (const auto& q : st.sequences) x.load = x.load + cal.model().load_of({q.id, q.frames, q.spatial});
+      const double measured = e.oom[j] ? 0.0 : st.time_s;
+      x.seconds.assign(static_cast<std::size_t>(st.sp()), measured);
+      x.peak_bytes.assign(static_cast<std::size_t>(st.sp()), st.memory_bytes);
+      cal.add(std::move(x));
+    }
+    out.metrics.add(e.executed, seconds, e.oom_steps);
+    if (opt.keep_plans) out.plans.push_back(std::move(p)), out.executed.push_back(std::move(e.executed));
+    progress.update(i + 1, batches.size());
+  }
+  return out;
+}
+
+/// Tokens per second over batches [first, last) of executed plans.
+inline double tokens_per_s(std::span<const plan> executed, std::size_t first, std::size_t last) {
+  double tokens = 0, seconds = 0;
+  for (std::size_t i = first; i < last && i < executed.size(); ++i) {
+    seconds += executed[i].makespan_s;
+    for (const auto& st : executed[i].steps)
+      for (const auto& q : st.sequences) tokens += static_cast<double>(q.tokens);
+  }
+  return seconds > 0 ? tokens / seconds : 0;
+}
+
+/// Out-of-memory steps in batches [first, last) of executed plans (steps whose true memory exceeds
+/// `capacity`).
+inline std::int64_t oom_steps(std::span<const plan> executed, double capacity, std::size_t first, std::size_t last) {
+  std::int64_t n = 0;
+  for (std::size_t i = first; i < last && i < executed.size(); ++i)
+    for (const auto& st : executed[i].steps) n += st.memory_bytes > capacity;
+  return n;
+}
+
+}  // namespace dcp::sim
