@@ -178,6 +178,23 @@ std::string profile_text(const std::function<void(nlohmann::json&)>& edit = {}) 
   return j.dump();
 }
 
+// A one-step dcp.plan/v1 document on 2 GPUs with the given round, ranks and format.
+std::string plan_text(const std::string& round, const std::string& ranks, const std::string& format = "dcp.plan/v1") {
+  return R"({"format": ")" + format +
+         R"(", "method": "dcp", "gpus": 2, "gpus_per_node": 8, "memory_capacity_bytes": 1e11,
+             "model": {"name": "m"}, "device": {"name": "d"},
+             "batches": [{"index": 0, "makespan_s": 1, "lower_bound_s": 1,
+               "steps": [{"ranks": )" + ranks + R"(, "sp": 2, "start_s": 0, "time_s": 1, "memory_bytes": 1,
+                          "checkpointed_blocks": 0, "round": )" + round + R"(, "sequences": []}]}]})";
+}
+
+outcome read_plan_text(const std::string& text) {
+  return lib([&] {
+    std::istringstream in(text);
+    (void)dcp::sim::read_plan_json(in, "plan.json");
+  });
+}
+
 outcome read_profile_text(const std::string& text) {
   return lib([&] {
     std::istringstream in(text);
@@ -519,6 +536,62 @@ const std::vector<entry>& catalogue() {
          });
        }},
 
+      // The truth clock, speed factors and plan files
+      {"truth-unknown-key", "invalid_argument",
+       "truth SPEC key 'speed' is unknown; keys: compute, attention, intra_bw, inter_bw, overhead, memory, slow_gpus, "
+       "jitter",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("speed=2"); }); }},
+      {"truth-not-key-value", "invalid_argument", "truth SPEC entry 'compute' is not key=value",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("compute"); }); }},
+      {"truth-repeated-key", "invalid_argument", "truth SPEC key 'compute' is given twice",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("compute=1,compute=2"); }); }},
+      {"truth-not-a-number", "invalid_argument", "truth SPEC attention: 'fast' is not a finite number",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("attention=fast"); }); }},
+      {"truth-factor-not-positive", "invalid_argument", "truth SPEC memory=0 must be a positive factor (1 = as modelled)",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("memory=0"); }); }},
+      {"truth-speed-out-of-range", "invalid_argument", "truth SPEC slow_gpus speed 1.5 of GPU 5 must be in (0, 1]",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("slow_gpus=5:1.5"); }); }},
+      {"truth-jitter-negative", "invalid_argument", "truth SPEC jitter=-0.1 must be a sigma >= 0",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("jitter=-0.1"); }); }},
+      {"truth-gpu-outside-job", "invalid_argument", "truth slow_gpus names GPU 40, but the job has 32 GPUs (0..31)",
+       [] {
+         return lib([] {
+           (void)dcp::sim::make_truth(dcp::sim::parse_truth_spec("slow_gpus=40:0.5"),
+                                      dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32), 0);
+         });
+       }},
+      {"truth-profile-scaled", "invalid_argument", "a profile truth takes only slow_gpus and jitter from --truth",
+       [] {
+         return lib([] { (void)dcp::sim::make_truth(dcp::profiled_cost{}, dcp::sim::parse_truth_spec("attention=1.3"), 0); });
+       }},
+      {"speeds-wrong-count", "invalid_argument", "2 GPU speed factors for 32 GPUs; give one per GPU, or none (all 1)",
+       [] {
+         return lib([] {
+           dcp::dcp_planner p;
+           p.speeds = {1.0, 0.5};
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+                  std::vector{dcp::make_sequence(1, 1000)});
+         });
+       }},
+      {"speed-not-positive", "invalid_argument", "speed factor 0.000000 of GPU 3 must be positive and finite",
+       [] {
+         return lib([] {
+           dcp::dcp_planner p;
+           p.speeds.assign(32, 1.0);
+           p.speeds[3] = 0;
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+                  std::vector{dcp::make_sequence(1, 1000)});
+         });
+       }},
+      {"plan-json-format", "parse_error",
+       "dcp.plan/v1 'plan.json': unknown format 'dcp.plan/v0'; expected \"dcp.plan/v1\"",
+       [] { return read_plan_text(plan_text("0", "[0, 1]", "dcp.plan/v0")); }},
+      {"plan-json-round-negative", "parse_error", "field 'batch 0 step 0 round' = -1 is not an integer in [0, ",
+       [] { return read_plan_text(plan_text("-1", "[0, 1]")); }},
+      {"plan-json-ranks-not-a-block", "parse_error",
+       "batch 0 step 0: \"ranks\" must be consecutive GPUs (a block), got [1,0]",
+       [] { return read_plan_text(plan_text("0", "[1, 0]")); }},
+
       // The dcp-sim command line (run as a process)
       {"cli-unknown-method", "exit 1", "dcp-sim: error: unknown method 'nope'", [] { return cli("--methods dcp,nope"); }},
       {"cli-unknown-workload", "exit 1", "dcp-sim: error: unknown workload 'nope'", [] { return cli("--workload nope"); }},
@@ -539,6 +612,11 @@ const std::vector<entry>& catalogue() {
        [] { return cli("--lengths '" + write_file("bad.txt", "100\nx\n").string() + "'"); }},
       {"cli-infeasible-sequence", "exit 1", "dcp-sim: error: sequence 0 of 100000226 tokens",
        [] { return cli("--gpus 8 --lengths '" + write_file("giant.txt", "100000000\n").string() + "'"); }},
+      {"cli-truth-bad-spec", "exit 1", "dcp-sim: error: truth SPEC key 'speed' is unknown",
+       [] { return cli("--truth speed=2"); }},
+      {"cli-oracle-without-truth", "exit 1",
+       "dcp-sim: error: method 'oracle' plans on a truth clock; give --truth SPEC or --truth-profile FILE",
+       [] { return cli("--methods dcp,oracle"); }},
   };
   return table;
 }

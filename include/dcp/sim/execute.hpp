@@ -42,7 +42,7 @@ namespace dcp::sim {
 /// A plan as it ran on a truth.
 struct execution {
   /// The plan with true start, time and memory per step (same step order), the true makespan,
-  /// and the lower bound of its sequences on the truth's deterministic part and speeds.
+  /// and the lower bounds of its sequences on the truth's deterministic part and speeds.
   plan executed;
   std::vector<char> oom;       ///< per step: true memory over capacity
   std::int64_t oom_steps = 0;  ///< steps with `oom` set
@@ -119,7 +119,9 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
   }
   out.executed.makespan_s = makespan;
   out.executed.speeds = t.speeds;
-  out.executed.lower_bound_s = lower_bound(t.model, planned, t.speeds);
+  const batch_bounds bounds = lower_bounds(t.model, planned, t.speeds);
+  out.executed.lower_bound_s = bounds.simple_s;
+  out.executed.joint_lower_bound_s = bounds.joint_s;
   return out;
 }
 
