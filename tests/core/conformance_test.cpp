@@ -10,6 +10,8 @@
 #include <dcp/bucketing/quantile_bucketing.hpp>
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/cost/cost_sum.hpp>
+#include <dcp/cost/fitted_cost.hpp>
 #include <dcp/cost/profiled_cost.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
@@ -114,6 +116,39 @@ struct sample<dcp::profiled_cost> {
     return dcp::make_profiled_cost(std::move(t), c.model, c.device.name, c.gpus());
   }
 };
+// A fit: a random classic analytic job with every coefficient scaled by [0.5, 2] (checkpoint
+// bytes kept at most activation bytes) and a memory margin in [0, 0.1).
+template <>
+struct sample<dcp::fitted_cost> {
+  static dcp::fitted_cost draw(rng& g) {
+    for (;;) {
+      const dcp::analytic_cost c = dcp_test::random_cost(g);
+      if (!c.is_classic()) continue;
+      dcp::fitted_cost f{c, dcp::fit_coefficients::of(c), 0.1 * g.unit(), {}};
+      auto t = f.coef.time_array();
+      for (double& v : t) v *= 0.5 + 1.5 * g.unit();
+      f.coef.set_time(t);
+      auto m = f.coef.memory_array();
+      for (double& v : m) v *= 0.5 + 1.5 * g.unit();
+      m[2] = std::min(m[2], m[1]);
+      f.coef.set_memory(m);
+      if (f.coef.static_bytes < f.capacity()) return f;
+    }
+  }
+};
+// The trained model with none, one or both frozen encoder presets.
+template <>
+struct sample<dcp::cost_sum<dcp::analytic_cost>> {
+  static dcp::cost_sum<dcp::analytic_cost> draw(rng& g) {
+    for (;;) {
+      dcp::cost_sum<dcp::analytic_cost> c{dcp_test::random_cost(g), {}};
+      const auto pick = g.between(0, 3);
+      if (pick & 1) c.forward.push_back(dcp::forward_networks::t5_xxl_encoder(c.trained.device));
+      if (pick & 2) c.forward.push_back(dcp::forward_networks::vae3d_encoder(c.trained.device));
+      if (c.memory({}, 1, c.blocks()) < c.capacity()) return c;
+    }
+  }
+};
 template <>
 struct sample<dcp::transformer_spec> {
   static dcp::transformer_spec draw(rng& g) { return g.pick(dcp_test::model_presets()); }
@@ -164,7 +199,8 @@ std::string show(const T& v) {
 
 template <class C>
 class CostModelConformance : public ::testing::Test {};
-using cost_models = ::testing::Types<dcp::analytic_cost, dcp::profiled_cost>;
+using cost_models =
+    ::testing::Types<dcp::analytic_cost, dcp::profiled_cost, dcp::fitted_cost, dcp::cost_sum<dcp::analytic_cost>>;
 TYPED_TEST_SUITE(CostModelConformance, cost_models);
 
 TYPED_TEST(CostModelConformance, ModelsTheConcept) {
