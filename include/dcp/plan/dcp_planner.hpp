@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <ostream>
@@ -31,6 +32,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -65,11 +67,26 @@ class dcp_planning {
     std::vector<sequence> seqs = feasible_sequences(cost_, batch, policy, skipped);
     // Canonical order: plans must not depend on the order ranks received the batch in.
     std::sort(seqs.begin(), seqs.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+    sps_ = legal_sp_sizes(cost_);
     items_.clear();
     items_.reserve(seqs.size());
-    for (const auto& s : seqs) {
+    // Sequences of one shape share their options (batches repeat a few shapes many times).
+    std::vector<std::size_t> by_shape(seqs.size());
+    for (std::size_t i = 0; i < seqs.size(); ++i) by_shape[i] = i;
+    std::sort(by_shape.begin(), by_shape.end(), [&](std::size_t a, std::size_t b) {
+      return std::pair(seqs[a].frames, seqs[a].spatial) < std::pair(seqs[b].frames, seqs[b].spatial);
+    });
+    std::vector<std::size_t> same_as(seqs.size());
+    for (std::size_t j = 0; j < by_shape.size(); ++j) {
+      const std::size_t i = by_shape[j], prev = j > 0 ? by_shape[j - 1] : i;
+      same_as[i] = j > 0 && seqs[prev].frames == seqs[i].frames && seqs[prev].spatial == seqs[i].spatial ? same_as[prev] : i;
+    }
+    std::vector<std::size_t> item_of(seqs.size(), seqs.size());  // sequence -> its item, once priced
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      const sequence& s = seqs[i];
       item it{s, cost_.load_of(s), cost_.tokens_of(s), {}, 0, 0, 0};
-      it.options = options(it.load);
+      const std::size_t twin = item_of[same_as[i]];
+      it.options = twin < items_.size() ? items_[twin].options : options(it.load);
       if (it.options.empty()) {  // fits only with blocks the recompute policy will not checkpoint
         if (policy == infeasible_policy::skip) {
           skipped.push_back({s.id, it.tokens, infeasible_error(cost_, s).what()});
@@ -77,24 +94,31 @@ class dcp_planning {
         }
         throw infeasible_error(cost_, s);
       }
+      if (item_of[same_as[i]] == seqs.size()) item_of[same_as[i]] = items_.size();
       items_.push_back(std::move(it));
     }
     planned_.clear();
     for (const auto& it : items_) planned_.push_back(it.seq);
-    sps_ = legal_sp_sizes(cost_);
     k_pref_.clear();
     for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp).value_or(cost_.blocks()));
-    bounds_ = lower_bounds(cost_, planned_, speeds_);  // once: every candidate plan shares them
+    // Once: every candidate plan shares them. Under selective recompute the bounds' options are
+    // the items' own.
+    if (intra_ && std::is_same_v<Recompute, selective_recompute>)
+      bounds_ = lower_bounds_of(
+          cost_, items_.size(), [&](std::size_t i) -> const load_t& { return items_[i].load; },
+          [&](std::size_t i) -> const std::vector<sequence_option>& { return items_[i].options; }, speeds_);
+    else
+      bounds_ = lower_bounds(cost_, planned_, speeds_);
     choose_sp();
 
-    // Candidates: the fair-share cap with earliest-free gang placement; then, for a makespan
-    // target T from the joint bound up, caps at T (and a little above) with gang steps stacked
-    // on blocks that still end within T (GPUs stay whole for long sp = 1 sequences), and caps
-    // below T that split long sequences finer so that they pack (sparse batches, where a few
-    // sequences per GPU leave holes). The best one is improved further.
-    // Sparse batches (under 16 sequences per GPU) also try a wider fluid level: every sequence
-    // on at least sp = s GPUs, balanced over the blocks of s like sp = 1 sequences over GPUs,
-    // so that few short sequences share steps (a step's efficiency grows with its tokens per GPU).
+    // Candidates: the fair-share cap with earliest-free gang placement. Sparse batches (under
+    // 16 sequences per GPU, where a few sequences per GPU leave holes) also try, for a makespan
+    // target T from the joint bound up: caps at T (and a little above) with gang steps stacked
+    // on blocks that still end within T (GPUs stay whole for long sp = 1 sequences); caps below
+    // T that split long sequences finer so that they pack; and wider fluid levels: every
+    // sequence on at least sp = s GPUs, balanced over the blocks of s as sp = 1 sequences are
+    // over GPUs, so that few short sequences share steps (a step's efficiency grows with its
+    // tokens per GPU). The best one is improved further; all candidates share the bounds.
     setup(share_, 0);
     plan best = build(method, norm, 0);
     if (inter_) {
@@ -107,8 +131,8 @@ class dcp_planning {
         if (next.makespan_s < best.makespan_s * (1 - 1e-12))
           best = std::move(next), best_cap_ = cap, best_target_ = at, best_fluid_ = level;
       };
-      attempt(target, target, 0);
       if (sparse) {
+        attempt(target, target, 0);
         for (double f : {0.5, 0.7}) attempt(target * f, target, 0);
         for (double f : {1.04, 1.12}) attempt(target * f, target * f, 0);
         for (std::size_t level = 1; level < sps_.size(); ++level) attempt(target, target, level);
@@ -153,7 +177,7 @@ class dcp_planning {
   }
   std::vector<sequence_option> options(const load_t& l) const {
     std::vector<sequence_option> out;
-    for (int sp : legal_sp_sizes(cost_))
+    for (int sp : sps_)
       if (auto k = choose(l, sp)) out.push_back({sp, *k, cost_.time(l, sp, *k), cost_.memory(l, sp, *k)});
     return out;
   }
@@ -292,7 +316,27 @@ class dcp_planning {
       return std::move(b).finish(bounds_, norm);
     }
 
+    // Without speeds a block's start is its ready time: keep the blocks of the current width
+    // ordered by it (widest first, so a width's blocks are set up once).
+    std::set<std::pair<double, int>> by_ready;
+    int width = 0;
     for (const auto& g : gang) {  // widest first keeps each block's members in step
+      if (speeds_.empty()) {
+        if (g.sp != width) {
+          width = g.sp;
+          by_ready.clear();
+          for (int i = 0; i < groups.block_count(width); ++i) by_ready.insert({b.ready(groups.block(width, i)), i});
+        }
+        auto pick = by_ready.begin();
+        if (target > 0) {  // the latest ready that still ends within the target, lowest index first
+          auto fit = by_ready.upper_bound({target - g.time, std::numeric_limits<int>::max()});
+          if (fit != by_ready.begin()) pick = by_ready.lower_bound({std::prev(fit)->first, -1});
+        }
+        const int i = pick->second;
+        by_ready.erase(pick);
+        by_ready.insert({b.place(b.make_step(sequences_of(g), groups.block(width, i), g.k)), i});
+        continue;
+      }
       const int n_blocks = groups.block_count(g.sp);
       rank_block best = groups.block(g.sp, 0), fit{0, 0};
       double best_ready = b.ready(best) + (speeds_.empty() ? 0.0 : g.time / b.speed_of(best)), fit_ready = -1;

@@ -3,6 +3,7 @@
 /// Per-sequence options (DESIGN section 3 step 1) and the per-batch lower bound.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -160,17 +161,20 @@ struct batch_bounds {
 /// member's speed: N becomes sum_r s_r and t_i(sp) becomes t_i(sp) / s_best(sp), s_best(sp) the
 /// fastest aligned block of sp.
 template <cost_model C>
-batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
-  // In id order: the bounds must not depend on the order a rank received the batch in.
-  std::vector<const sequence*> by_id;
-  by_id.reserve(batch.size());
-  for (const auto& s : batch) by_id.push_back(&s);
-  std::sort(by_id.begin(), by_id.end(), [](const sequence* a, const sequence* b) { return a->id < b->id; });
+batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {});
+
+/// `lower_bounds` over sequences already in id order, given as `count` loads (`load_at(i)`) and
+/// their feasible options under selective recompute (`options_at(i)`, as `options_of` makes
+/// them): a planner that has computed the options passes them instead of pricing them again.
+template <cost_model C, class LoadAt, class OptionsAt>
+batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at, OptionsAt&& options_at,
+                             std::span<const double> speeds = {}) {
   const auto sps = legal_sp_sizes(cost);
-  std::vector<double> speed_of_sp(sps.size(), 1.0);
+  auto log2 = [](int sp) { return static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(sp))); };
+  std::vector<double> speed_of_sp(sps.empty() ? 1 : log2(sps.back()) + 1, 1.0);  // by log2(sp)
   double capacity = cost.gpus();
   if (!speeds.empty()) {
-    for (std::size_t j = 0; j < sps.size(); ++j) speed_of_sp[j] = fastest_block_speed(speeds, sps[j]);
+    for (int sp : sps) speed_of_sp[log2(sp)] = fastest_block_speed(speeds, sp);
     capacity = 0;
     for (double v : speeds) capacity += v;
   }
@@ -180,17 +184,16 @@ batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::s
   std::vector<term> terms;  // every sequence's feasible options, sequence after sequence
   std::vector<std::size_t> first{0};
   double work = 0, longest = 0;
-  for (const sequence* q : by_id) {
-    const auto load = cost.load_of(*q);
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto& load = load_at(i);
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
-    for (std::size_t j = 0; j < sps.size(); ++j) {
-      const auto k = selective_recompute{}.choose(cost, load, sps[j]);
-      if (!k) continue;
-      const double floor = cost.work_floor(load, sps[j], *k);
-      term x{cost.time(load, sps[j], *k) / speed_of_sp[j], floor};
+    for (const sequence_option& o : options_at(i)) {
+      const double speed = speed_of_sp[log2(o.sp)];
+      const double floor = cost.work_floor(load, o.sp, o.checkpointed_blocks);
+      term x{o.time_s / speed, floor};
       // The joint bound takes the tighter packed floor where the cost model has one.
-      if constexpr (requires { cost.packed_work_floor(load, sps[j], *k); })
-        x.floor = std::max(floor, cost.packed_work_floor(load, sps[j], *k));
+      if constexpr (requires { cost.packed_work_floor(load, o.sp, o.checkpointed_blocks); })
+        x.floor = std::max(floor, cost.packed_work_floor(load, o.sp, o.checkpointed_blocks));
       terms.push_back(x);
       w = std::min(w, floor), t = std::min(t, x.time);
     }
@@ -240,6 +243,26 @@ batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::s
   }
   out.joint_s = std::max(joint, out.simple_s);  // equal or above in exact arithmetic; this absorbs rounding
   return out;
+}
+
+template <cost_model C>
+batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds) {
+  // In id order: the bounds must not depend on the order a rank received the batch in.
+  std::vector<const sequence*> by_id;
+  by_id.reserve(batch.size());
+  for (const auto& s : batch) by_id.push_back(&s);
+  std::sort(by_id.begin(), by_id.end(), [](const sequence* a, const sequence* b) { return a->id < b->id; });
+  std::vector<typename C::load_type> loads;
+  std::vector<std::vector<sequence_option>> options;
+  loads.reserve(by_id.size());
+  options.reserve(by_id.size());
+  for (const sequence* q : by_id) {
+    loads.push_back(cost.load_of(*q));
+    options.push_back(options_of(cost, loads.back()));
+  }
+  return lower_bounds_of(
+      cost, loads.size(), [&](std::size_t i) -> const auto& { return loads[i]; },
+      [&](std::size_t i) -> const auto& { return options[i]; }, speeds);
 }
 
 /// The simple lower bound of DESIGN section 3 (`lower_bounds(...).simple_s`).
