@@ -52,12 +52,13 @@ struct truth_spec {
   std::vector<double> speeds(int gpus) const {
     if (slow_gpus.empty()) return {};
     std::vector<double> out(static_cast<std::size_t>(std::max(gpus, 0)), 1.0);
-    for (const auto& [r, f] : slow_gpus) {
+    for (const auto& slow : slow_gpus) {
+      const int r = slow.first;  // not a structured binding: lambdas capture it (clang < 16)
       check(r < gpus, errc::invalid_argument, [&] {
         return "truth slow_gpus names GPU " + std::to_string(r) + ", but the job has " + std::to_string(gpus) +
                " GPUs (0.." + std::to_string(gpus - 1) + ")";
       });
-      out[static_cast<std::size_t>(r)] = f;
+      out[static_cast<std::size_t>(r)] = slow.second;
     }
     return out;
   }
