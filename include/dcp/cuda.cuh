@@ -7,11 +7,11 @@
 ///     `cu_seqlens`, shards (uneven or padded), gather/scatter of a rank's tokens;
 ///   - `<dcp/cuda/relayout.cuh>`: Ulysses and DSP all-to-all re-layouts of a whole micro-step on
 ///     device buffers, through any communicator on device memory (`nccl_comm`);
-///   - `<dcp/cuda/runtime.cuh>`: CUDA errors as `dcp::error`, device discovery, memory checks
+///   - `<dcp/cuda/runtime.hpp>`: CUDA errors as `dcp::error`, device discovery, memory checks
 ///     (only with the CUDA runtime: `DCP_HAS_CTK()`);
 ///   - `<dcp/profile/cuda_timer.hpp>`: CUDA-event step timing and peak device memory.
 
 #include <dcp/cuda/micro_batch.cuh>
 #include <dcp/cuda/relayout.cuh>
-#include <dcp/cuda/runtime.cuh>
+#include <dcp/cuda/runtime.hpp>
 #include <dcp/profile/cuda_timer.hpp>

@@ -23,7 +23,7 @@
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/tuning.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/random.hpp>
 #include <dcp/workload/embedded.hpp>
 
 namespace {

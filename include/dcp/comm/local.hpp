@@ -37,6 +37,7 @@
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/detail/backend_checks.hpp>
 #include <dcp/comm/detail/collective_check.hpp>
 #include <dcp/error.hpp>
 
@@ -128,8 +129,7 @@ class local_comm {
   int size() const noexcept { return hub_ ? hub_->size() : 0; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) {
-    check(t.count() > 0, errc::invalid_argument,
-          [&] { return "local_comm: timeout of " + std::to_string(t.count()) + " ms must be positive"; });
+    detail::check_timeout("local_comm", t);
     timeout_ = t;
   }
   /// The shared state (tests and `local_world` use it).
@@ -306,11 +306,7 @@ class local_comm {
 
   clock::time_point deadline() const { return clock::now() + timeout_; }
 
-  void require_valid(const char* what) const {
-    check(hub_ != nullptr, errc::invalid_argument, [&] {
-      return std::string(what) + " on a null local_comm (a rank that split with a negative color joins no group)";
-    });
-  }
+  void require_valid(const char* what) const { detail::check_not_null(hub_ != nullptr, "local_comm", what); }
 
   void throw_if_aborted_locked(const char* what) const {
     if (hub_->aborted_)
@@ -321,11 +317,8 @@ class local_comm {
 
   void check_p2p(const char* what, int peer, int tag) const {
     require_valid(what);
-    check(peer >= 0 && peer < size(), errc::invalid_argument, [&] {
-      return std::string(what) + ": peer " + std::to_string(peer) + " out of range [0, " + std::to_string(size()) + ")";
-    });
-    check(tag >= 0, errc::invalid_argument,
-          [&] { return std::string(what) + ": tag " + std::to_string(tag) + " must be non-negative"; });
+    detail::check_peer(what, peer, size());
+    detail::check_tag(what, tag);
   }
 
   template <class T = std::byte>

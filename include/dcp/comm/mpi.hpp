@@ -48,6 +48,7 @@
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/detail/backend_checks.hpp>
 #include <dcp/comm/detail/collective_check.hpp>
 #include <dcp/error.hpp>
 
@@ -191,8 +192,7 @@ class mpi_comm {
   int size() const noexcept { return valid() ? size_ : 0; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) {
-    check(t.count() > 0, errc::invalid_argument,
-          [&] { return "mpi_comm: timeout of " + std::to_string(t.count()) + " ms must be positive"; });
+    detail::check_timeout("mpi_comm", t);
     timeout_ = t;
   }
   bool checked() const noexcept { return checked_; }
@@ -200,7 +200,7 @@ class mpi_comm {
   void set_checked(bool on) noexcept { checked_ = on; }
 
   void abort() noexcept {
-    if (!aborted_) abort_reason_ = "aborted by abort() on rank " + std::to_string(rank_);
+    if (!aborted_) abort_reason_ = detail::abort_by_call_reason(rank_);
     aborted_ = true;
   }
   bool aborted() const noexcept { return aborted_; }
@@ -412,22 +412,16 @@ class mpi_comm {
     std::swap(orphans_, o.orphans_);
   }
 
-  std::string where(const char* what) const {
-    return std::string("mpi_comm: ") + what + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_);
-  }
+  std::string where(const char* what) const { return detail::comm_where("mpi_comm", what, rank_, size_); }
 
   void enter(const char* what) const {
-    check(valid(), errc::invalid_argument, [&] {
-      return std::string(what) + " on a null mpi_comm (a rank that split with a negative color joins no group)";
-    });
-    if (aborted_)
-      throw error(errc::aborted, where(what) + ": the communicator was aborted (" + abort_reason_ +
-                                     "); create a new communicator");
+    detail::check_not_null(valid(), "mpi_comm", what);
+    if (aborted_) detail::throw_aborted(where(what), abort_reason_);
   }
 
   template <class Msg>
   void local_check(bool ok, const char* what, Msg&& msg) const {
-    check(ok, errc::invalid_argument, [&] { return std::string(what) + ": rank " + std::to_string(rank_) + " passed " + msg(); });
+    detail::check_local_argument(ok, what, rank_, std::forward<Msg>(msg));
   }
 
   static int to_int(size_t v, const char* what) {
@@ -439,9 +433,7 @@ class mpi_comm {
   }
 
   void check_p2p(const char* what, int peer, int tag) const {
-    check(peer >= 0 && peer < size_, errc::invalid_argument, [&] {
-      return std::string(what) + ": peer " + std::to_string(peer) + " out of range [0, " + std::to_string(size_) + ")";
-    });
+    detail::check_peer(what, peer, size_);
     int* ub = nullptr;
     int has = 0;
     MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has);

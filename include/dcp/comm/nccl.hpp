@@ -39,17 +39,13 @@
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/detail/backend_checks.hpp>
+#include <dcp/cuda/runtime.hpp>
 #include <dcp/error.hpp>
 
 namespace dcp {
 
 namespace detail {
-
-inline void cuda_check(cudaError_t e, const char* call, const std::string& context) {
-  if (e == cudaSuccess) return;
-  throw error(std::error_code(int(e), cuda_category()),
-              context + ": " + call + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
 
 inline void nccl_check(ncclResult_t r, const char* call, const std::string& context, ncclComm_t comm = nullptr) {
   if (r == ncclSuccess || r == ncclInProgress) return;
@@ -200,8 +196,7 @@ class nccl_comm {
   int size() const noexcept { return valid() ? size_ : 0; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) {
-    check(t.count() > 0, errc::invalid_argument,
-          [&] { return "nccl_comm: timeout of " + std::to_string(t.count()) + " ms must be positive"; });
+    detail::check_timeout("nccl_comm", t);
     timeout_ = t;
   }
   bool synchronous() const noexcept { return synchronous_; }
@@ -214,7 +209,7 @@ class nccl_comm {
       cudaSetDevice(device_);
       ncclCommAbort(comm_);
       comm_ = nullptr;
-      if (abort_reason_.empty()) abort_reason_ = "aborted by abort() on rank " + std::to_string(rank_);
+      if (abort_reason_.empty()) abort_reason_ = detail::abort_by_call_reason(rank_);
     }
     aborted_ = true;
   }
@@ -380,12 +375,11 @@ class nccl_comm {
   }
 
   std::string where(const char* what) const {
-    return std::string("nccl_comm: ") + what + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-           " (device " + std::to_string(device_) + ")";
+    return detail::comm_where("nccl_comm", what, rank_, size_, "device " + std::to_string(device_));
   }
 
   void set_device(const char* what) const {
-    detail::cuda_check(cudaSetDevice(device_), "cudaSetDevice", where(what));
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice", where(what));
   }
 
   void adopt_stream(cudaStream_t s) {
@@ -393,7 +387,7 @@ class nccl_comm {
       stream_ = s;
       return;
     }
-    detail::cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
                        where("init"));
     own_stream_ = true;
   }
@@ -401,31 +395,24 @@ class nccl_comm {
   void finish_setup() {
     detail::nccl_check(ncclCommCount(comm_, &size_), "ncclCommCount", where("init"), comm_);
     detail::nccl_check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", where("init"), comm_);
-    detail::cuda_check(cudaMalloc(&scratch_, sizeof(int) * size_t(size_ + 1)), "cudaMalloc", where("init"));
-    detail::cuda_check(cudaMemset(scratch_, 0, sizeof(int) * size_t(size_ + 1)), "cudaMemset", where("init"));
+    cuda_check(cudaMalloc(&scratch_, sizeof(int) * size_t(size_ + 1)), "cudaMalloc", where("init"));
+    cuda_check(cudaMemset(scratch_, 0, sizeof(int) * size_t(size_ + 1)), "cudaMemset", where("init"));
   }
 
   void enter(const char* what) {
-    check(valid(), errc::invalid_argument, [&] {
-      return std::string(what) + " on a null nccl_comm (a rank that split with a negative color joins no group)";
-    });
-    if (aborted_)
-      throw error(errc::aborted, where(what) + ": the communicator was aborted (" + abort_reason_ +
-                                     "); create a new communicator");
+    detail::check_not_null(valid(), "nccl_comm", what);
+    if (aborted_) detail::throw_aborted(where(what), abort_reason_);
     set_device(what);
   }
 
   template <class Msg>
   void local_check(bool ok, const char* what, Msg&& msg) const {
-    check(ok, errc::invalid_argument,
-          [&] { return std::string(what) + ": rank " + std::to_string(rank_) + " passed " + msg(); });
+    detail::check_local_argument(ok, what, rank_, std::forward<Msg>(msg));
   }
 
   void check_p2p(const char* what, int peer, int tag) const {
-    check(peer >= 0 && peer < size_ && tag >= 0, errc::invalid_argument, [&] {
-      return std::string(what) + ": peer " + std::to_string(peer) + " (range [0, " + std::to_string(size_) +
-             ")) or tag " + std::to_string(tag) + " (must be >= 0) out of range";
-    });
+    detail::check_peer(what, peer, size_);
+    detail::check_tag(what, tag);
   }
 
   template <class T>
@@ -438,13 +425,13 @@ class nccl_comm {
 
   /// All-gathers one int per rank through the device scratch buffer.
   std::vector<int> gather_ints(int mine, const char* what) {
-    detail::cuda_check(cudaMemcpyAsync(scratch_ + 1 + rank_, &mine, sizeof(int), cudaMemcpyHostToDevice, stream_),
+    cuda_check(cudaMemcpyAsync(scratch_ + 1 + rank_, &mine, sizeof(int), cudaMemcpyHostToDevice, stream_),
                        "cudaMemcpyAsync", where(what));
     detail::nccl_check(ncclAllGather(scratch_ + 1 + rank_, scratch_ + 1, 1, ncclInt32, comm_, stream_),
                        "ncclAllGather", where(what), comm_);
     settle(what);
     std::vector<int> all(size_t(size_), 0);
-    detail::cuda_check(cudaMemcpyAsync(all.data(), scratch_ + 1, sizeof(int) * size_t(size_), cudaMemcpyDeviceToHost,
+    cuda_check(cudaMemcpyAsync(all.data(), scratch_ + 1, sizeof(int) * size_t(size_), cudaMemcpyDeviceToHost,
                                        stream_),
                        "cudaMemcpyAsync", where(what));
     wait(what);
@@ -474,7 +461,7 @@ class nccl_comm {
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) detail::cuda_check(q, "cudaStreamQuery", where(what));
+      if (q != cudaErrorNotReady) cuda_check(q, "cudaStreamQuery", where(what));
       ncclResult_t st = ncclSuccess;
       detail::nccl_check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError", where(what));
       if (st != ncclSuccess && st != ncclInProgress) fail(st, what);

@@ -324,7 +324,7 @@ void relayout(C& comm, const relayout_map& m, std::span<const T> in, std::span<T
                     detail::gather_rows_fn<T>{in.data(), detail::raw(m.send_index), m.row});
 #if DCP_THRUST_CUDA()
   // The communicator may run on its own stream: the send buffer must be complete first.
-  detail::thrust_cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize before relayout all-to-all");
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "relayout, before the all-to-all");
 #endif
   std::span<const T> send(detail::raw(ws.send), ws.send.size());
   std::span<T> recv(detail::raw(ws.recv), ws.recv.size());

@@ -2,7 +2,8 @@
 /// \file
 /// CUDA runtime errors as `dcp::error`, device discovery and memory checks: the host side of dcp's
 /// CUDA path. Host code only (any C++20 compiler with the CUDA toolkit's headers), available when
-/// `DCP_HAS_CTK()` (link `dcp::cuda`, or compile with nvcc); empty otherwise.
+/// `DCP_HAS_CTK()` (link `dcp::cuda`, or compile with nvcc); empty otherwise. `cuda_check` is the
+/// one CUDA error helper of dcp: the device code, the NCCL communicator and the profiler use it.
 ///
 /// - `cuda_check(rc, "cudaMalloc", context)` throws `dcp::error` in `cuda_category()` (value = the
 ///   `cudaError_t`) whose message names the call, the error and its text; `cuda_try` is the

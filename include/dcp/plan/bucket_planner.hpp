@@ -41,7 +41,7 @@
 #include <dcp/plan/tuning.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/random.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {

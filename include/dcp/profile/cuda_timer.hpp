@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include <dcp/cuda/runtime.cuh>
+#include <dcp/cuda/runtime.hpp>
 #include <dcp/error.hpp>
 
 namespace dcp {

@@ -33,8 +33,10 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <dcp/error.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/random.hpp>
 #include <dcp/sample/sample_concepts.hpp>
 #include <dcp/sequence.hpp>
 
@@ -52,104 +54,6 @@ struct shape_token_count {
   friend constexpr bool operator==(shape_token_count, shape_token_count) = default;
   friend std::ostream& operator<<(std::ostream& os, shape_token_count) { return os << "shape_token_count{}"; }
 };
-
-namespace detail {
-
-// A flat JSON object of string and integer values, enough for the sampler state and strict
-// about everything else, so that a corrupt checkpoint is reported instead of half-read.
-struct flat_json_reader {
-  std::string_view text;
-  std::string_view source;
-  std::size_t pos = 0;
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw error(errc::parse_error, std::string(source) + ": offset " + std::to_string(pos) + ": " + what);
-  }
-  void skip_ws() {
-    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\t' || text[pos] == '\n' || text[pos] == '\r'))
-      ++pos;
-  }
-  void expect(char c) {
-    skip_ws();
-    if (pos >= text.size() || text[pos] != c)
-      fail(std::string("expected '") + c + "' but found " +
-           (pos >= text.size() ? std::string("the end of the input") : "'" + std::string(1, text[pos]) + "'"));
-    ++pos;
-  }
-  std::string string_value() {
-    expect('"');
-    std::string s;
-    while (pos < text.size() && text[pos] != '"') {
-      if (text[pos] == '\\') {
-        if (++pos >= text.size()) break;
-        const char e = text[pos];
-        if (e != '"' && e != '\\' && e != '/') fail(std::string("unsupported escape '\\") + e + "' in a string");
-      }
-      s += text[pos++];
-    }
-    if (pos >= text.size()) fail("unterminated string");
-    ++pos;
-    return s;
-  }
-  // Returns the raw token of a value: a string's content, or an integer's digits (with sign).
-  std::pair<std::string, bool> value() {  // {token, is_string}
-    skip_ws();
-    if (pos < text.size() && text[pos] == '"') return {string_value(), true};
-    const std::size_t start = pos;
-    if (pos < text.size() && text[pos] == '-') ++pos;
-    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
-    if (pos == start || (pos == start + 1 && text[start] == '-'))
-      fail("expected a string or an integer value");
-    if (pos < text.size() && (text[pos] == '.' || text[pos] == 'e' || text[pos] == 'E'))
-      fail("expected an integer but found a fractional or exponent number");
-    return {std::string(text.substr(start, pos - start)), false};
-  }
-  std::map<std::string, std::pair<std::string, bool>> object() {
-    std::map<std::string, std::pair<std::string, bool>> out;
-    expect('{');
-    skip_ws();
-    if (pos < text.size() && text[pos] == '}') {
-      ++pos;
-    } else {
-      for (;;) {
-        skip_ws();
-        std::string key = string_value();
-        expect(':');
-        auto v = value();
-        if (!out.emplace(key, std::move(v)).second) fail("duplicate key \"" + key + "\"");
-        skip_ws();
-        if (pos < text.size() && text[pos] == ',') {
-          ++pos;
-          continue;
-        }
-        expect('}');
-        break;
-      }
-    }
-    skip_ws();
-    if (pos != text.size()) fail("unexpected text after the closing '}'");
-    return out;
-  }
-};
-
-template <class Int>
-Int parse_json_integer(const std::map<std::string, std::pair<std::string, bool>>& obj, const std::string& key,
-                       std::string_view source) {
-  const auto it = obj.find(key);
-  check(it != obj.end(), errc::parse_error,
-        [&] { return std::string(source) + ": missing key \"" + key + "\" in the sampler state"; });
-  const std::string& tok = it->second.first;
-  const bool is_string = it->second.second;
-  Int v{};
-  const auto r = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-  check(!is_string && r.ec == std::errc{} && r.ptr == tok.data() + tok.size(), errc::parse_error, [&] {
-    return std::string(source) + ": key \"" + key + "\" must be an integer in range but is " +
-           (is_string ? "the string \"" + tok + "\"" : tok);
-  });
-  return v;
-}
-
-}  // namespace detail
 
 /// Turns a dataset into global batches of at most `budget` tokens each (a lone sequence may
 /// exceed it). A copyable value that compares equal to another with the same dataset, token
@@ -308,28 +212,54 @@ class token_budget_sampler {
   void load(std::istream& in, std::string_view source_name = "sampler state") {
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     check(!in.bad(), errc::io_error, [&] { return std::string(source_name) + ": read failed"; });
-    detail::flat_json_reader reader{text, source_name};
-    const auto obj = reader.object();
-    const auto f = obj.find("format");
-    check(f != obj.end() && f->second.second && f->second.first == format, errc::parse_error, [&] {
+    // Strict, so that a corrupt checkpoint is reported instead of half-read: one object, no
+    // duplicate keys (nlohmann keeps the last one silently), integers that are JSON integers in range.
+    const auto fail = [&](const std::string& what) { throw error(errc::parse_error, std::string(source_name) + ": " + what); };
+    std::map<std::string, int> keys;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key && depth == 1 && ++keys[parsed.get<std::string>()] > 1)
+          fail("duplicate key " + parsed.dump() + " in the sampler state");
+        return true;
+      });
+    } catch (const nlohmann::json::parse_error& e) {
+      fail(e.what());
+    }
+    if (!j.is_object()) fail("expected one JSON object, found " + std::string(j.type_name()));
+    const auto f = j.find("format");
+    check(f != j.end() && f->is_string() && f->get<std::string>() == format, errc::parse_error, [&] {
       return std::string(source_name) + ": expected \"format\": \"" + std::string(format) + "\" but found " +
-             (f == obj.end() ? std::string("no format tag") : "\"" + f->second.first + "\"");
+             (f == j.end() ? std::string("no format tag") : f->dump());
     });
-    const sampler_state st{detail::parse_json_integer<std::uint64_t>(obj, "seed", source_name),
-                           detail::parse_json_integer<std::int64_t>(obj, "epoch", source_name),
-                           detail::parse_json_integer<std::int64_t>(obj, "position", source_name)};
-    const auto n = detail::parse_json_integer<std::int64_t>(obj, "sequences", source_name);
-    const auto budget = detail::parse_json_integer<std::int64_t>(obj, "budget", source_name);
+    auto integer = [&]<class Int>(const char* key, Int) -> Int {
+      const auto it = j.find(key);
+      if (it == j.end()) fail(std::string("missing key \"") + key + "\" in the sampler state");
+      bool ok = false;
+      Int v{};
+      if (it->is_number_unsigned()) {
+        const auto u = it->template get<std::uint64_t>();
+        ok = std::in_range<Int>(u), v = static_cast<Int>(u);
+      } else if (it->is_number_integer()) {
+        const auto i = it->template get<std::int64_t>();
+        ok = std::in_range<Int>(i), v = static_cast<Int>(i);
+      }
+      if (!ok) fail(std::string("key \"") + key + "\" must be an integer in range but is " + it->dump());
+      return v;
+    };
+    const sampler_state st{integer("seed", std::uint64_t{}), integer("epoch", std::int64_t{}),
+                           integer("position", std::int64_t{})};
+    const auto n = integer("sequences", std::int64_t{});
+    const auto budget = integer("budget", std::int64_t{});
     check(n == size() && budget == budget_, errc::mismatch, [&] {
       return std::string(source_name) + ": the state was saved for " + std::to_string(n) + " sequences and budget " +
              std::to_string(budget) + ", but this sampler has " + std::to_string(size()) + " sequences and budget " +
              std::to_string(budget_) + "; resume with the same dataset and --global-batch-tokens";
     });
-    const auto fp = obj.find("fingerprint");
-    check(fp != obj.end() && fp->second.second, errc::parse_error,
-          [&] { return std::string(source_name) + ": missing string key \"fingerprint\" in the sampler state"; });
+    const auto fp = j.find("fingerprint");
+    if (fp == j.end() || !fp->is_string()) fail("missing string key \"fingerprint\" in the sampler state");
     std::uint64_t saved = 0;
-    const std::string& hex = fp->second.first;
+    const std::string hex = fp->get<std::string>();
     const auto r = std::from_chars(hex.data(), hex.data() + hex.size(), saved, 16);
     check(r.ec == std::errc{} && r.ptr == hex.data() + hex.size(), errc::parse_error,
           [&] { return std::string(source_name) + ": fingerprint \"" + hex + "\" is not a 64-bit hex number"; });

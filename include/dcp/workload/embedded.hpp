@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The embedded workloads of DESIGN section 5, generated deterministically from a seed with dcp's
-/// own PRNG (`<dcp/sample/random.hpp>`), so a (name, seed) pair names the same dataset on every
+/// own PRNG (`<dcp/random.hpp>`), so a (name, seed) pair names the same dataset on every
 /// rank, compiler and standard library.
 ///
 ///   - `opensora-zipf{1,10,50}` (2D, for `stdit3-xl`): 2000 videos over 20 (resolution, frames)
@@ -28,7 +28,7 @@
 #include <string_view>
 
 #include <dcp/error.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/random.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp::workloads {

@@ -38,6 +38,8 @@
 #define DCP_THRUST_CUDA() 1
 #include <cuda_runtime_api.h>
 #include <cub/device/device_scan.cuh>
+
+#include <dcp/cuda/runtime.hpp>
 #else
 #define DCP_THRUST_CUDA() 0
 #endif
@@ -65,11 +67,6 @@ namespace detail {
 /// Execution policy on `s`. `par` (not `par_nosync`) so results read back on the host are ready.
 inline auto policy(thrust_stream s) { return thrust::cuda::par.on(s); }
 
-inline void thrust_cuda_check(cudaError_t rc, const char* what) {
-  if (rc == cudaSuccess) return;
-  throw error(std::error_code(static_cast<int>(rc), cuda_category()),
-              std::string(what) + " failed: " + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc));
-}
 #else
 inline auto policy(thrust_stream) { return thrust::device; }
 #endif
@@ -114,10 +111,12 @@ void exclusive_sum_with_total(InputIt in, std::int64_t n, std::int64_t* out, thr
   auto first = thrust::make_transform_iterator(thrust::counting_iterator<std::int64_t>(0), padded_input<InputIt>{in, n});
 #if DCP_THRUST_CUDA()
   std::size_t bytes = 0;
-  thrust_cuda_check(cub::DeviceScan::ExclusiveSum(nullptr, bytes, first, out, n + 1, s), "cub::DeviceScan::ExclusiveSum");
+  cuda_check(cub::DeviceScan::ExclusiveSum(nullptr, bytes, first, out, n + 1, s), "cub::DeviceScan::ExclusiveSum",
+             "exclusive_scan");
   thrust::device_vector<unsigned char> temp(bytes);
-  thrust_cuda_check(cub::DeviceScan::ExclusiveSum(raw(temp), bytes, first, out, n + 1, s), "cub::DeviceScan::ExclusiveSum");
-  thrust_cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize after ExclusiveSum");
+  cuda_check(cub::DeviceScan::ExclusiveSum(raw(temp), bytes, first, out, n + 1, s), "cub::DeviceScan::ExclusiveSum",
+             "exclusive_scan");
+  cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize", "exclusive_scan");
 #else
   thrust::exclusive_scan(policy(s), first, first + (n + 1), out, std::int64_t(0));
 #endif
