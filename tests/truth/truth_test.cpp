@@ -24,7 +24,7 @@
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/profile/profile_table.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/random.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>

@@ -32,7 +32,7 @@
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
-#include <dcp/sample/random.hpp>
+#include <dcp/random.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/truth.hpp>
