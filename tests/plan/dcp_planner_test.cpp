@@ -413,7 +413,9 @@ TEST(Planners, SkippedSequencesAndBoundsAreOrderIndependent) {
     EXPECT_EQ(a.skipped, b.skipped) << planner.name();
     EXPECT_EQ(a.skipped.size(), 6u) << planner.name();
   };
-  same(dcp::dcp_planner{.on_infeasible = skip});
+  dcp::dcp_planner dcp_skip;
+  dcp_skip.on_infeasible = skip;
+  same(dcp_skip);
   same(dcp::dynamic_cp_planner{.on_infeasible = skip});
   dcp::packed_planner packed;
   packed.sp = 8;

@@ -2,19 +2,27 @@
 /// \file
 /// `dcp_planner`: Data-Centric Parallel planning of one global batch (DESIGN section 3).
 ///
-/// 1. options: for every sequence and legal sp, the fewest checkpointed blocks that fit;
-/// 2. sp: the most GPU-efficient option, widened while it alone outlasts the batch's fair share;
-/// 3. gang items (sp > 1) of equal sp are merged while they fit without recomputation, then
-///    placed widest first, longest first, on the aligned block that is free earliest; placing
-///    wide before narrow keeps every block's members free at the same instant (no gang gaps);
-/// 4. sp = 1 sequences are a fluid: assigned longest first to the least loaded GPU, packed per
-///    GPU first-fit-decreasing into micro-steps that need no recomputation (DCP-inter: every GPU
-///    accumulates as many micro-steps as it needs to finish with the others);
-/// 5. improve: move single sequences from the last GPU to finish to the first while that lowers
-///    the makespan, and widen a gang item that is critical, within a deterministic move budget
-///    (a wall-clock budget would let ranks compute different plans);
-/// 6. recompute (DCP-intra): each micro-step checkpoints the fewest blocks that fit;
-/// 7. loss weights: token mean or sample mean, so summed gradients are the full-batch gradient.
+/// 1. options: for every sequence and legal sp, the fewest checkpointed blocks that fit (once
+///    per distinct shape; the lower bounds of the batch are computed once from them);
+/// 2. sp: the most GPU-efficient option, widened while it alone outlasts a cap on any one step
+///    (the batch's fair share; see candidates);
+/// 3. gang items (wider than the fluid level) of equal sp are merged while they fit without
+///    recomputation and stay within the cap, then placed widest first, longest first, on the
+///    aligned block that is free earliest (or, with a makespan target, the latest-free block
+///    where the step still ends within it); placing wide before narrow keeps every block's
+///    members free at the same instant (no gang gaps);
+/// 4. fluid-level sequences (sp = 1 by default) are assigned longest first to the least loaded
+///    block of the level, packed per block first-fit-decreasing into micro-steps that need no
+///    recomputation (DCP-inter: every GPU accumulates as many micro-steps as it needs to finish
+///    with the others);
+/// 5. candidates: sparse batches (under 16 sequences per GPU) also plan with a makespan target
+///    T from the joint lower bound up: caps at, below and above T, and wider fluid levels (all
+///    sequences on sp >= s, so that few short sequences share a step); the shortest plan wins;
+/// 6. improve: move single sequences from the last block to finish to the first while that
+///    lowers the makespan, and widen a gang item that is critical, within a deterministic move
+///    budget (a wall-clock budget would let ranks compute different plans);
+/// 7. recompute (DCP-intra): each micro-step checkpoints the fewest blocks that fit;
+/// 8. loss weights: token mean or sample mean, so summed gradients are the full-batch gradient.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
 /// With per-GPU `speeds` (straggler-aware planning) a step lasts its cost model time over its
