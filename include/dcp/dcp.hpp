@@ -56,6 +56,7 @@
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/scheduler.hpp>
 #include <dcp/sequence.hpp>
+#include <dcp/sim/calibrated.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/metrics.hpp>
