@@ -377,6 +377,29 @@ const std::vector<entry>& catalogue() {
            dcp::validate(m);
          });
        }},
+      {"model-kv-heads-not-dividing", "invalid_argument", "kv_heads = 7 must divide heads = 64",
+       [] {
+         return lib([] {
+           auto m = dcp::models::llama3_70b();
+           m.kv_heads = 7;
+           dcp::validate(m);
+         });
+       }},
+      {"tp-not-dividing", "invalid_argument", "tp = 3 must be a power of two dividing gpus_per_node = 8",
+       [] {
+         return lib([] { dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), 128, {3, 1, {}}); });
+       }},
+      {"ep-on-dense-model", "invalid_argument", "ep = 8 needs a MoE model (experts > 0)",
+       [] { return lib([] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 64, {1, 8, {}}); }); }},
+      {"unknown-sharding", "invalid_argument", "unknown sharding 'zero2'; use replicated, zero1 or zero3",
+       [] { return lib([] { (void)dcp::sharding_of("zero2"); }); }},
+      {"model-config-missing-field", "parse_error", "missing field 'num_hidden_layers'",
+       [] {
+         return lib([] {
+           std::istringstream in(R"({"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256})");
+           (void)dcp::models::from_config(in, "config.json");
+         });
+       }},
       {"device-not-positive", "invalid_argument", "device 'h200': peak = -1.000000 must be positive",
        [] {
          return lib([] {
