@@ -180,9 +180,10 @@ int run(const cli_options& o) {
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
   const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding)});
-  dcp::check(cost.is_classic() || (!o.truth && o.truth_profile.empty()), dcp::errc::invalid_argument, [&] {
-    return "--truth and --truth-profile price the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, "
-           "--sharding and the GQA/MoE/cross-attention model, or run without a truth";
+  // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
+  dcp::check(cost.is_classic() || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
+    return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding and "
+           "the GQA/MoE/cross-attention model, or use --truth SPEC";
   });
   const dcp::dataset data = o.lengths.empty() ? dcp::workloads::make(o.workload, o.seed) : dcp::read_lengths_file(o.lengths);
 
