@@ -71,6 +71,7 @@ struct analytic_cost {
   int tp = 1;     ///< tensor-parallel size: GPUs of one planner unit, on one node
   int ep = 1;     ///< expert-parallel size: GPUs of the data-parallel domain the experts shard over
   sharding_kind sharding = sharding_kind::zero1;
+  int ring = 1;  ///< largest Ulysses x Ring ring size r a step may use (DESIGN section 4.3); 1 = Ulysses only
 
   /// Throws a `dcp::error` unless model, device and N are valid and the static memory fits.
   void validate() const {
@@ -101,6 +102,14 @@ struct analytic_cost {
       return "ep = " + std::to_string(ep) + " must divide experts = " + std::to_string(model.experts) +
              " and the data-parallel domain gpus / tp = " + std::to_string(world / tp);
     });
+    check(ring >= 1 && (ring & (ring - 1)) == 0, errc::invalid_argument, [&] {
+      return "ring = " + std::to_string(ring) + " must be a power of two >= 1 (1 = Ulysses only)";
+    });
+    check(ring == 1 || (model.attention != attention_kind::factorized_2d && model.cross_attention_tokens == 0),
+          errc::invalid_argument, [&] {
+            return "ring = " + std::to_string(ring) + " needs 1D self-attention (full or causal) without "
+                   "cross-attention, which model '" + model.name + "' does not have; use ring = 1";
+          });
     check(static_memory() < capacity(), errc::invalid_argument, [&] {
       return "memory capacity " + std::to_string(capacity()) + " B is below the static memory " +
              std::to_string(static_memory()) + " B of model '" + model.name + "' on " + std::to_string(world) +
@@ -120,6 +129,11 @@ struct analytic_cost {
   int gpus_per_node() const noexcept { return std::max(1, device.gpus_per_node / tp); }
   /// Heads of one TP rank: Ulysses over sp units must divide them.
   int heads() const noexcept { return model.heads / tp; }
+  /// The largest ring size a step may use (`ring_cost_model`).
+  int max_ring() const noexcept { return ring; }
+  /// The ring r of a step on sp units: `ring_of(sp)` when rings are enabled, else 1 (so a
+  /// Ulysses-only model prices every sp as section 4 does).
+  int step_ring(int sp) const noexcept { return ring > 1 ? ring_of(*this, sp) : 1; }
   double capacity() const noexcept { return device.capacity(); }
 
   std::int64_t tokens_of(const sequence& s) const noexcept { return model.tokens_of(s.frames, s.spatial); }
@@ -208,12 +222,37 @@ struct analytic_cost {
            tp;
   }
 
+  /// Per-GPU key/value width after the Ulysses all-to-all over u units: kv / (tp u), or d when
+  /// kv_heads / tp < u (one replicated head).
+  double ring_key_value_width(int u) const noexcept {
+    return model.key_value_heads() / tp >= u ? model.key_value_width() / tp / u : model.head_width();
+  }
+  /// Seconds of a step's ring K/V exchange (DESIGN section 4.3), 0 when r = 1: (3L + k) (r - 1)
+  /// messages, each a K/V block of N_tok / r tokens, `alpha + 4 kv_u N_tok / r / bw(sp tp)`.
+  double ring_time(const load_type& l, int sp, int k) const noexcept {
+    const int r = step_ring(sp);
+    if (r == 1) return 0;
+    const double L = model.blocks;
+    const double bytes = 4 * ring_key_value_width(sp / r) * l.tokens / r;
+    return (3 * L + k) * (r - 1) * (device.alpha + bytes / bandwidth(sp));
+  }
+
   double time(const load_type& l, int sp, int k) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     const double x = l.tokens / sp;
-    const double t_comp = (3 + k / L) * forward_flops(l) / (sp * tp * device.peak * efficiency(x));
+    double t_comp = (3 + k / L) * forward_flops(l) / (sp * tp * device.peak * efficiency(x));
     double t_comm = 0;
-    if (sp > 1) {
+    if (const int r = step_ring(sp); r > 1) {
+      // Ulysses x Ring: all-to-alls over u = sp / r units, and the ring exchange overlapped
+      // with the attention compute (zig-zag keeps each rank's causal share at A / sp).
+      const int u = sp / r;
+      if (u > 1) {
+        const double v = 2 * all_to_all_width(u) * x * (u - 1) / u;
+        t_comm = all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / bandwidth(u));
+      }
+      const double t_att = (3 + k / L) * l.attention / (sp * tp * device.peak * efficiency(x));
+      t_comp += std::max(t_att, ring_time(l, sp, k)) - t_att;
+    } else if (sp > 1) {
       const double v = 2 * all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
       const double a = all_to_alls_per_pass() * (2 * L + k);
       t_comm = a * (device.alpha + v / bandwidth(sp));
@@ -250,8 +289,9 @@ struct analytic_cost {
   double communication_floor(const load_type& l, int sp, int k) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     double w = 0;
-    if (sp > 1)
-      w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(sp) * l.tokens * (sp - 1) / sp / bandwidth(sp);
+    const int u = sp / step_ring(sp);  // the ring is overlapped with compute: not in the floor
+    if (u > 1)
+      w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(u) * l.tokens * (u - 1) / u / bandwidth(u);
     if (tp > 1) w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (tp - 1) / tp / device.bw_intra;
     if (ep > 1)
       w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / tp) * (ep - 1) / ep /
@@ -278,6 +318,7 @@ struct analytic_cost {
     if (c.tp > 1) os << ", tp=" << c.tp;
     if (c.ep > 1) os << ", ep=" << c.ep;
     if (c.sharding != sharding_kind::zero1) os << ", " << c.sharding;
+    if (c.ring > 1) os << ", ring<=" << c.ring;
     return os << "}";
   }
 };
@@ -294,19 +335,21 @@ struct parallel_layout {
   int tp = 1;
   int ep = 1;
   sharding_kind sharding = sharding_kind::zero1;
+  int ring = 1;  ///< largest Ulysses x Ring ring size (DESIGN section 4.3)
   friend bool operator==(const parallel_layout&, const parallel_layout&) = default;
   friend std::ostream& operator<<(std::ostream& os, const parallel_layout& p) {
-    return os << "parallel_layout{tp=" << p.tp << ", ep=" << p.ep << ", " << p.sharding << "}";
+    return os << "parallel_layout{tp=" << p.tp << ", ep=" << p.ep << ", " << p.sharding << ", ring=" << p.ring << "}";
   }
 };
 
 /// A validated analytic cost model with tensor/expert parallelism and a sharding.
 inline analytic_cost make_analytic_cost(transformer_spec model, device_spec device, int gpus, parallel_layout layout) {
-  analytic_cost c{std::move(model), std::move(device), gpus, layout.tp, layout.ep, layout.sharding};
+  analytic_cost c{std::move(model), std::move(device), gpus, layout.tp, layout.ep, layout.sharding, layout.ring};
   c.validate();
   return c;
 }
 
 static_assert(cost_model<analytic_cost>);
+static_assert(ring_cost_model<analytic_cost>);
 
 }  // namespace dcp

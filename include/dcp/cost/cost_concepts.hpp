@@ -13,7 +13,7 @@
 ///   - `c.work_floor(load, sp, k)`: GPU-seconds the load costs at least, however it is batched
 ///     (used by the lower bound of DESIGN section 3);
 ///   - `c.capacity()` (bytes per GPU), `c.blocks()` (L), `c.gpus()` (N), `c.gpus_per_node()` (G),
-///     `c.heads()` (sp must divide it).
+///     `c.heads()` (sp must divide it, or its Ulysses part for a `ring_cost_model`).
 /// Laws: time and memory are positive for a non-empty load; memory does not grow with k and
 /// does not grow with sp; time does not fall with k; `work_floor(l, sp, k) <= sp * time(l, sp, k)` for every step that fits.
 /// The concept is the conjunction of the named requirements below; a bundle that fails it is
@@ -86,11 +86,45 @@ concept token_limited_cost_model = cost_model<C> && requires(const C& c) {
   { c.max_tokens_per_gpu() } -> std::convertible_to<double>;
 };
 
-/// True when `sp` is a legal sequence-parallel size for `c`: a power of two, at most N,
-/// dividing the head count (Ulysses shards heads).
+/// A cost model that prices Ulysses x Ring steps (DESIGN section 4.3): `c.max_ring()`, the
+/// largest ring r a step may use (1 = Ulysses only). Law: with max_ring() == 1 it prices
+/// exactly as the plain model.
+template <class C>
+concept ring_cost_model = cost_model<C> && requires(const C& c) {
+  { c.max_ring() } -> std::convertible_to<int>;
+};
+
+/// The ring size r of a step on `sp` units: sp over the largest power of two dividing both sp
+/// and the head count, so u = sp / r Ulysses ranks share the heads and r rings pass K/V blocks
+/// (1 when sp divides the heads; a power of two for a power-of-two sp).
+template <cost_model C>
+constexpr int ring_of(const C& c, int sp) noexcept {
+  int u = 1;
+  while (u < sp && sp % (2 * u) == 0 && c.heads() % (2 * u) == 0) u *= 2;
+  return sp / u;
+}
+
+/// The largest ring size `c` prices: `max_ring()` for a ring cost model, else 1.
+template <cost_model C>
+constexpr int max_ring_of(const C& c) noexcept {
+  if constexpr (ring_cost_model<C>)
+    return c.max_ring();
+  else
+    return 1;
+}
+
+/// The ring a step of a legal `sp` runs with: `ring_of(c, sp)` for a ring cost model, else 1.
+template <cost_model C>
+constexpr int step_ring_of(const C& c, int sp) noexcept {
+  return max_ring_of(c) > 1 ? ring_of(c, sp) : 1;
+}
+
+/// True when `sp` is a legal sequence-parallel size for `c`: a power of two, at most N, whose
+/// Ulysses part divides the head count (Ulysses shards heads) with a ring of at most
+/// `max_ring_of(c)` (1 without rings: sp divides the heads).
 template <cost_model C>
 constexpr bool legal_sp(const C& c, int sp) noexcept {
-  return sp >= 1 && (sp & (sp - 1)) == 0 && sp <= c.gpus() && c.heads() % sp == 0;
+  return sp >= 1 && (sp & (sp - 1)) == 0 && sp <= c.gpus() && ring_of(c, sp) <= max_ring_of(c);
 }
 
 }  // namespace dcp

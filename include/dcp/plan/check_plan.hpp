@@ -85,6 +85,11 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
                               std::to_string(st.ranks.end()) + ")";
     const int sp = st.sp();
     if (!legal_sp(cost, sp)) fail(where + ": sp " + std::to_string(sp) + " is not legal");
+    // The cost model priced the step with its ring; Ulysses ranks u = sp / r then divide the heads.
+    if (sp > 0 && st.ring != step_ring_of(cost, sp))
+      fail(where + ": ring " + std::to_string(st.ring) + " x ulysses " + std::to_string(st.ulysses()) + " for sp " +
+           std::to_string(sp) + ", the cost model runs ring " + std::to_string(step_ring_of(cost, sp)) + " x ulysses " +
+           std::to_string(sp / step_ring_of(cost, sp)) + " (ulysses must divide " + std::to_string(cost.heads()) + " heads)");
     if (sp <= 0 || st.ranks.first < 0 || st.ranks.end() > n || st.ranks.first % std::max(sp, 1) != 0) {
       fail(where + ": not an aligned block inside [0, " + std::to_string(n) + ")");
       continue;

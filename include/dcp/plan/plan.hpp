@@ -59,8 +59,14 @@ struct plan_step {
   double memory_bytes = 0;  ///< cost model memory per GPU of the step
   std::vector<planned_sequence> sequences;
   int round = 0;  ///< barrier round: waits for every step of earlier rounds
+  /// Ulysses x Ring split (DESIGN section 4.3): sp = ulysses() x ring. Ranks
+  /// [first + j u, first + (j + 1) u) form Ulysses group j; rank first + j u + i is position j
+  /// of ring i. 1 = Ulysses over all sp ranks.
+  int ring = 1;
 
   int sp() const noexcept { return ranks.size; }
+  /// Ranks of one Ulysses group (u = sp / ring).
+  int ulysses() const noexcept { return ring > 0 ? ranks.size / ring : ranks.size; }
   double end_s() const noexcept { return start_s + time_s; }
   friend bool operator==(const plan_step&, const plan_step&) = default;
 };
@@ -129,6 +135,7 @@ struct plan {
       mix(static_cast<std::uint64_t>(s.ranks.size));
       mix(static_cast<std::uint64_t>(s.checkpointed_blocks));
       mix(static_cast<std::uint64_t>(s.round));
+      if (s.ring != 1) mix(0x72696e67ull ^ static_cast<std::uint64_t>(s.ring));  // Ulysses-only plans hash as before
       mix_double(s.start_s);
       mix(static_cast<std::uint64_t>(s.sequences.size()));
       for (const auto& q : s.sequences) {

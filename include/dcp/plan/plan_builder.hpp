@@ -73,6 +73,7 @@ class plan_builder {
     plan_step st;
     st.ranks = b;
     st.checkpointed_blocks = k;
+    st.ring = step_ring_of(cost_, b.size);
     typename C::load_type load{};
     st.sequences.reserve(seqs.size());
     for (const auto& s : seqs) {

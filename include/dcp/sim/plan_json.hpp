@@ -85,6 +85,7 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
                      {"checkpointed_blocks", s.checkpointed_blocks},
                      {"round", s.round},
                      {"sequences", std::move(seqs)}});
+    if (s.ring != 1) steps.back()["ring"] = s.ring;  // Ulysses x Ring; absent = 1
   }
   nlohmann::ordered_json b = {{"index", index},
                       {"makespan_s", p.makespan_s},
@@ -237,6 +238,13 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
         st.memory_bytes = number(at(js, "memory_bytes", ws), ws + " memory_bytes");
         // Files written before rounds existed: every step in round 0 (see the file comment).
         if (js.contains("round")) st.round = static_cast<int>(integer(js.at("round"), ws + " round", 0, int_max));
+        // Ulysses x Ring split; files without it run Ulysses over all sp ranks.
+        if (js.contains("ring")) {
+          st.ring = static_cast<int>(integer(js.at("ring"), ws + " ring", 1, sp));
+          if (sp % st.ring != 0 || (st.ring & (st.ring - 1)) != 0)
+            fail(ws + ": \"ring\" = " + std::to_string(st.ring) + " must be a power of two dividing sp = " +
+                 std::to_string(sp));
+        }
         const auto& seqs = at(js, "sequences", ws);
         if (!seqs.is_array()) fail(ws + " \"sequences\" is not an array");
         for (std::size_t q = 0; q < seqs.size(); ++q) {

@@ -131,8 +131,9 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
         os << "<rect class=\"step\" x=\"" << num(x) << "\" y=\"" << num(lanes_top + s.ranks.first * lane + inset)
            << "\" width=\"" << num(w) << "\" height=\"" << num(s.sp() * lane - 2 * inset) << "\" fill=\""
            << detail::sp_colour(s.sp()) << "\" stroke=\"#333\" stroke-width=\"" << (lane >= 4 ? "0.4" : "0")
-           << "\"><title>batch " << b << ", ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp()
-           << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
+           << "\"><title>batch " << b << ", ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp();
+        if (s.ring != 1) os << " (ulysses " << s.ulysses() << " x ring " << s.ring << ")";
+        os << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
            << " checkpointed blocks, " << num(s.memory_bytes / 1e9) << " GB, start " << num(s.start_s) << " s, time "
            << num(s.time_s) << " s, round " << s.round << "</title></rect>\n";
       }

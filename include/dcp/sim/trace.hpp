@@ -61,8 +61,11 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
         std::int64_t tokens = 0;
         json ids = json::array();
         for (const auto& q : s.sequences) tokens += q.tokens, ids.push_back(q.id);
-        const std::string name = "sp" + std::to_string(s.sp()) + " x" + std::to_string(s.sequences.size()) + " k" +
-                                 std::to_string(s.checkpointed_blocks);
+        // Ulysses x Ring steps read "sp64=32x2".
+        const std::string split =
+            s.ring != 1 ? "=" + std::to_string(s.ulysses()) + "x" + std::to_string(s.ring) : std::string();
+        const std::string name = "sp" + std::to_string(s.sp()) + split + " x" + std::to_string(s.sequences.size()) +
+                                 " k" + std::to_string(s.checkpointed_blocks);
         json args = {{"batch", b},
                      {"step", i},
                      {"sp", s.sp()},
@@ -71,6 +74,10 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
                      {"memory_bytes", s.memory_bytes},
                      {"tokens", tokens},
                      {"sequences", std::move(ids)}};
+        if (s.ring != 1) {
+          args["ulysses"] = s.ulysses();
+          args["ring"] = s.ring;
+        }
         for (int r = s.ranks.first; r < s.ranks.end(); ++r)
           emit({{"name", name},
                 {"cat", "step"},
