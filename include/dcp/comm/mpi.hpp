@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// `mpi_comm`: the `communicator` over an `MPI_Comm`, and `mpi_environment` (MPI init/finalize).
+/// `mpi_comm`: the `communicator` over an `MPI_Comm` (MPI's initialisation is
+/// `<dcp/comm/mpi_environment.hpp>`).
 /// Available when `DCP_HAS_MPI()` (link `dcp::mpi`, or include <mpi.h> first); empty otherwise.
 ///
 /// - Errors: the wrapped communicator uses `MPI_ERRORS_RETURN`; an MPI error code becomes a
@@ -23,14 +24,7 @@
 
 #if DCP_HAS_MPI()
 
-// dcp uses the C API; the deprecated C++ bindings only add warnings.
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
+#include <dcp/comm/mpi_environment.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -55,21 +49,6 @@
 namespace dcp {
 
 namespace detail {
-
-inline std::string mpi_error_string(int code) {
-  char buf[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(buf, size_t(len));
-}
-
-/// Throws `dcp::error` in `mpi_category()` unless `rc == MPI_SUCCESS`.
-inline void mpi_check(int rc, const char* call, const std::string& context) {
-  if (rc == MPI_SUCCESS) return;
-  int cls = rc;
-  if (MPI_Error_class(rc, &cls) != MPI_SUCCESS) cls = rc;
-  throw error(std::error_code(cls, mpi_category()), context + ": " + call + " failed: " + mpi_error_string(rc));
-}
 
 template <class T>
 MPI_Datatype mpi_type() noexcept {
@@ -99,39 +78,6 @@ struct mpi_wire_meta {
 };
 
 }  // namespace detail
-
-/// Initialises MPI for its lifetime (unless already initialised) and finalises it at the end if it
-/// did the initialisation. Requests `MPI_THREAD_SINGLE` by default.
-class mpi_environment {
- public:
-  mpi_environment() : mpi_environment(nullptr, nullptr) {}
-  mpi_environment(int* argc, char*** argv, int required = MPI_THREAD_SINGLE) {
-    int init = 0;
-    detail::mpi_check(MPI_Initialized(&init), "MPI_Initialized", "mpi_environment");
-    if (init) {
-      detail::mpi_check(MPI_Query_thread(&provided_), "MPI_Query_thread", "mpi_environment");
-      return;
-    }
-    detail::mpi_check(MPI_Init_thread(argc, argv, required, &provided_), "MPI_Init_thread", "mpi_environment");
-    owner_ = true;
-  }
-  mpi_environment(const mpi_environment&) = delete;
-  mpi_environment& operator=(const mpi_environment&) = delete;
-  ~mpi_environment() {
-    if (!owner_) return;
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
-  }
-  /// The thread support level MPI provides.
-  int thread_level() const noexcept { return provided_; }
-  /// Whether this object initialised MPI (and will finalise it).
-  bool owner() const noexcept { return owner_; }
-
- private:
-  int provided_ = MPI_THREAD_SINGLE;
-  bool owner_ = false;
-};
 
 /// One rank's handle on an `MPI_Comm`, owning (freed on destruction) or borrowed. Move-only.
 class mpi_comm {

@@ -29,7 +29,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <span>
 #include <string>
@@ -40,6 +39,7 @@
 
 #include <dcp/comm/comm_concepts.hpp>
 #include <dcp/comm/detail/backend_checks.hpp>
+#include <dcp/comm/nccl_bootstrap.hpp>
 #include <dcp/cuda/runtime.hpp>
 #include <dcp/error.hpp>
 
@@ -92,33 +92,13 @@ class nccl_comm {
     return init_rank(id, bootstrap.size(), bootstrap.rank(), device, stream, timeout);
   }
 
-  /// Shares the unique id through a file: rank 0 writes `path` (atomically), the others wait for it
-  /// until `timeout`. Remove the file between jobs.
+  /// Shares the unique id through a file (`<dcp/comm/nccl_bootstrap.hpp>`): rank 0 writes `path`
+  /// atomically, the others wait for it until `timeout`. Remove the file between jobs.
   static nccl_comm init_from_file(const std::filesystem::path& path, int nranks, int rank, int device,
                                   cudaStream_t stream = nullptr, std::chrono::milliseconds timeout = default_timeout) {
     ncclUniqueId id{};
-    if (rank == 0) {
-      detail::nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", "nccl_comm::init_from_file");
-      auto tmp = path;
-      tmp += ".tmp";
-      {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out.write(reinterpret_cast<const char*>(&id), sizeof(id));
-        check(bool(out), errc::io_error, [&] { return "nccl_comm::init_from_file: cannot write " + tmp.string(); });
-      }
-      std::filesystem::rename(tmp, path);
-    } else {
-      const auto dl = std::chrono::steady_clock::now() + timeout;
-      for (;;) {
-        std::ifstream in(path, std::ios::binary);
-        if (in && in.read(reinterpret_cast<char*>(&id), sizeof(id))) break;
-        check(std::chrono::steady_clock::now() < dl, errc::timeout, [&] {
-          return "nccl_comm::init_from_file: rank " + std::to_string(rank) + " timed out after " +
-                 detail::seconds_string(timeout) + " waiting for rank 0 to write " + path.string();
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
+    if (rank == 0) detail::nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", "nccl_comm::init_from_file");
+    share_nccl_unique_id_through_file(path, rank, id, timeout);
     return init_rank(id, nranks, rank, device, stream, timeout);
   }
 
