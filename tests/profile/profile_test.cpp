@@ -1,5 +1,6 @@
 // dcp.profile/v1 round trip and errors, profiled_cost interpolation laws, and the profiler's
 // memory prediction against counted peak activation memory of real full-depth steps.
+#include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -60,13 +61,7 @@ dcp::profile_table from_json(const std::string& s) {
 
 template <class F>
 void expect_error(F&& f, dcp::errc code, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
-  } catch (const dcp::error& e) {
-    EXPECT_EQ(e.code(), dcp::make_error_code(code)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(dcp_test::throws_dcp_error("f()", f, code, {fragment}));
 }
 
 TEST(profile_json, round_trip) {
