@@ -3,7 +3,7 @@
 // one epoch, methods dcp, dcp-no-inter, dcp-no-intra, bucket, packed, dynamic_cp.
 //
 //   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET | --model-config FILE] [--gpus N] [--gpus-per-node G]
-//           [--tp T] [--ep E] [--sharding replicated|zero1|zero3]
+//           [--tp T] [--ep E] [--sharding replicated|zero1|zero3] [--ring R]
 //           [--device h200|h100] [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
@@ -57,6 +57,7 @@ struct cli_options {
   std::string model_config;
   int tp = 1;
   int ep = 1;
+  int ring = 1;
   std::string sharding = "zero1";
   int gpus = 32;
   int gpus_per_node = 8;
@@ -177,12 +178,13 @@ int run(const cli_options& o) {
   if (o.tp > 1) model_name += " tp" + std::to_string(o.tp);
   if (o.ep > 1) model_name += " ep" + std::to_string(o.ep);
   if (o.sharding != "zero1") model_name += " " + o.sharding;
+  if (o.ring > 1) model_name += " ring<=" + std::to_string(o.ring);
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
-  const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding)});
+  const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding), o.ring});
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
   dcp::check(cost.is_classic() || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
-    return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding and "
+    return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding, --ring and "
            "the GQA/MoE/cross-attention model, or use --truth SPEC";
   });
   const dcp::dataset data = o.lengths.empty() ? dcp::workloads::make(o.workload, o.seed) : dcp::read_lengths_file(o.lengths);
@@ -276,6 +278,9 @@ int main(int argc, char** argv) {
   app.add_option("--tp", o.tp, "tensor-parallel size: the planner's unit is a TP group of this many GPUs on one node")
       ->capture_default_str();
   app.add_option("--ep", o.ep, "expert-parallel size (MoE models): experts shard over this many GPUs")->capture_default_str();
+  app.add_option("--ring", o.ring, "largest Ulysses x Ring ring size: sp = ulysses x ring lifts the head cap on sp "
+                                    "(1D self-attention models; 1 = Ulysses only)")
+      ->capture_default_str();
   app.add_option("--sharding", o.sharding, "weights/grads/optimizer layout: replicated, zero1 or zero3")
       ->capture_default_str();
   app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")->capture_default_str();

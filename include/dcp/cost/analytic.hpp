@@ -119,7 +119,7 @@ struct analytic_cost {
 
   /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
   bool is_classic() const noexcept {
-    return tp == 1 && ep == 1 && sharding == sharding_kind::zero1 && model.kv_heads == 0 && model.head_dim == 0 &&
+    return tp == 1 && ep == 1 && ring == 1 && sharding == sharding_kind::zero1 && model.kv_heads == 0 && model.head_dim == 0 &&
            model.cross_attention_tokens == 0 && !model.is_moe();
   }
 

@@ -92,6 +92,8 @@ class scaled_analytic_cost {
   int gpus() const noexcept { return base_.gpus(); }
   int gpus_per_node() const noexcept { return base_.gpus_per_node(); }
   int heads() const noexcept { return base_.heads(); }
+  /// The base model's largest Ulysses x Ring ring (DESIGN section 4.3).
+  int max_ring() const noexcept { return base_.max_ring(); }
   double capacity() const noexcept { return base_.capacity(); }
   std::int64_t tokens_of(const sequence& s) const noexcept { return base_.tokens_of(s); }
   load_type load_of(const sequence& s) const noexcept { return base_.load_of(s); }
