@@ -100,87 +100,67 @@ template <class S, class P> struct override_of<use<S, P>> {
 
 // One diagnostic per slot: the concept's named requirements in order, and a static_assert for
 // the first one P misses (only that branch is instantiated), so the message says what to add.
-#define DCP_POLICY_FIX_ " Fix: put this policy in the slot its concept names, or complete its interface."
+// DCP_FIRST_UNMET_ is one link of such a chain (string literals only: static_assert needs one).
+#define DCP_FIRST_UNMET_(slot_name, concept_name, requirement, members)                                      \
+  else if constexpr (!requirement<P>) static_assert(                                                         \
+      requirement<P>, "dcp::policies: slot '" slot_name "' needs a model of dcp::" concept_name               \
+                      "; first unmet requirement: " #requirement " (" members "). Fix: put this policy in the " \
+                      "slot its concept names, or complete its interface.");
 
 template <class P>
 constexpr bool diagnose(slot::cost) {
-  if constexpr (!cost_model_opts_in<P>)
-    static_assert(cost_model_opts_in<P>, "dcp::policies: slot 'cost' needs a model of dcp::cost_model; first unmet "
-                                         "requirement: cost_model_opts_in (`using policy_concept = dcp::cost_model_tag;`)." DCP_POLICY_FIX_);
-  else if constexpr (!cost_model_additive_load<P>)
-    static_assert(cost_model_additive_load<P>, "dcp::policies: slot 'cost' needs a model of dcp::cost_model; first unmet "
-                                               "requirement: cost_model_additive_load (a regular `load_type` with a + b and a - b)." DCP_POLICY_FIX_);
-  else if constexpr (!cost_model_reads_sequences<P>)
-    static_assert(cost_model_reads_sequences<P>, "dcp::policies: slot 'cost' needs a model of dcp::cost_model; first unmet "
-                                                 "requirement: cost_model_reads_sequences (load_of(seq) -> load_type, tokens_of(seq))." DCP_POLICY_FIX_);
-  else if constexpr (!cost_model_prices_steps<P>)
-    static_assert(cost_model_prices_steps<P>, "dcp::policies: slot 'cost' needs a model of dcp::cost_model; first unmet "
-                                              "requirement: cost_model_prices_steps (time, memory, work_floor of (load, sp, k))." DCP_POLICY_FIX_);
-  else if constexpr (!cost_model_describes_job<P>)
-    static_assert(cost_model_describes_job<P>, "dcp::policies: slot 'cost' needs a model of dcp::cost_model; first unmet "
-                                               "requirement: cost_model_describes_job (capacity, blocks, gpus, gpus_per_node, heads)." DCP_POLICY_FIX_);
+  if constexpr (false) {
+  }
+  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_opts_in, "`using policy_concept = dcp::cost_model_tag;`")
+  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_additive_load, "a regular `load_type` with a + b and a - b")
+  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_reads_sequences, "load_of(seq) -> load_type, tokens_of(seq)")
+  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_prices_steps, "time, memory, work_floor of (load, sp, k)")
+  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_describes_job, "capacity, blocks, gpus, gpus_per_node, heads")
   return cost_model<P>;
 }
 template <class P>
 constexpr bool diagnose(slot::bucketing) {
-  if constexpr (!bucketing_opts_in<P>)
-    static_assert(bucketing_opts_in<P>, "dcp::policies: slot 'bucketing' needs a model of dcp::bucketing; first unmet "
-                                        "requirement: bucketing_opts_in (`using policy_concept = dcp::bucketing_tag;`)." DCP_POLICY_FIX_);
-  else if constexpr (!bucketing_regular<P>)
-    static_assert(bucketing_regular<P>, "dcp::policies: slot 'bucketing' needs a model of dcp::bucketing; first unmet "
-                                        "requirement: bucketing_regular (copyable, default-constructible, ==)." DCP_POLICY_FIX_);
-  else if constexpr (!bucketing_maps_lengths<P>)
-    static_assert(bucketing_maps_lengths<P>, "dcp::policies: slot 'bucketing' needs a model of dcp::bucketing; first unmet "
-                                             "requirement: bucketing_maps_lengths (bucket_count, bucket_of, representative)." DCP_POLICY_FIX_);
+  if constexpr (false) {
+  }
+  DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_opts_in, "`using policy_concept = dcp::bucketing_tag;`")
+  DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_regular, "copyable, default-constructible, ==")
+  DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_maps_lengths, "bucket_count, bucket_of, representative")
   return dcp::bucketing<P>;
 }
 template <class P>
 constexpr bool diagnose(slot::groups) {
-  if constexpr (!group_manager_opts_in<P>)
-    static_assert(group_manager_opts_in<P>, "dcp::policies: slot 'groups' needs a model of dcp::group_manager; first unmet "
-                                            "requirement: group_manager_opts_in (`using policy_concept = dcp::group_manager_tag;`)." DCP_POLICY_FIX_);
-  else if constexpr (!group_manager_regular<P>)
-    static_assert(group_manager_regular<P>, "dcp::policies: slot 'groups' needs a model of dcp::group_manager; first unmet "
-                                            "requirement: group_manager_regular (copyable, default-constructible, ==)." DCP_POLICY_FIX_);
-  else if constexpr (!group_manager_lays_out_blocks<P>)
-    static_assert(group_manager_lays_out_blocks<P>, "dcp::policies: slot 'groups' needs a model of dcp::group_manager; first unmet "
-                                                    "requirement: group_manager_lays_out_blocks (gpus, gpus_per_node, block_count, block, block_of)." DCP_POLICY_FIX_);
-  else if constexpr (!group_manager_validates<P>)
-    static_assert(group_manager_validates<P>, "dcp::policies: slot 'groups' needs a model of dcp::group_manager; first unmet "
-                                              "requirement: group_manager_validates (validate())." DCP_POLICY_FIX_);
+  if constexpr (false) {
+  }
+  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_opts_in, "`using policy_concept = dcp::group_manager_tag;`")
+  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_regular, "copyable, default-constructible, ==")
+  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_lays_out_blocks,
+                   "gpus, gpus_per_node, block_count, block, block_of")
+  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_validates, "validate()")
   return group_manager<P>;
 }
 template <class P>
 constexpr bool diagnose(slot::recompute) {
-  if constexpr (!recompute_policy_opts_in<P>)
-    static_assert(recompute_policy_opts_in<P>, "dcp::policies: slot 'recompute' needs a model of dcp::recompute_policy; first unmet "
-                                               "requirement: recompute_policy_opts_in (`using policy_concept = dcp::recompute_policy_tag;`)." DCP_POLICY_FIX_);
-  else if constexpr (!recompute_policy_regular<P>)
-    static_assert(recompute_policy_regular<P>, "dcp::policies: slot 'recompute' needs a model of dcp::recompute_policy; first unmet "
-                                               "requirement: recompute_policy_regular (copyable, default-constructible, ==)." DCP_POLICY_FIX_);
-  else if constexpr (!recompute_policy_chooses<P>)
-    static_assert(recompute_policy_chooses<P>, "dcp::policies: slot 'recompute' needs a model of dcp::recompute_policy; first unmet "
-                                               "requirement: recompute_policy_chooses (choose(cost, load, sp) -> std::optional<int> for any cost model)." DCP_POLICY_FIX_);
+  if constexpr (false) {
+  }
+  DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_opts_in,
+                   "`using policy_concept = dcp::recompute_policy_tag;`")
+  DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_regular, "copyable, default-constructible, ==")
+  DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_chooses,
+                   "choose(cost, load, sp) -> std::optional<int> for any cost model")
   return recompute_policy<P>;
 }
 template <class P>
 constexpr bool diagnose(slot::planner) {
-  if constexpr (!planner_opts_in<P>)
-    static_assert(planner_opts_in<P>, "dcp::policies: slot 'planner' needs a model of dcp::planner; first unmet "
-                                      "requirement: planner_opts_in (`using policy_concept = dcp::planner_tag;`)." DCP_POLICY_FIX_);
-  else if constexpr (!planner_regular<P>)
-    static_assert(planner_regular<P>, "dcp::policies: slot 'planner' needs a model of dcp::planner; first unmet "
-                                      "requirement: planner_regular (copyable, default-constructible, ==)." DCP_POLICY_FIX_);
-  else if constexpr (!planner_named<P>)
-    static_assert(planner_named<P>, "dcp::policies: slot 'planner' needs a model of dcp::planner; first unmet "
-                                    "requirement: planner_named (name() -> std::string)." DCP_POLICY_FIX_);
-  else if constexpr (!planner_plans<P>)
-    static_assert(planner_plans<P>, "dcp::policies: slot 'planner' needs a model of dcp::planner; first unmet "
-                                    "requirement: planner_plans (plan(cost, batch, recompute) -> dcp::plan for any cost model "
-                                    "and recompute policy)." DCP_POLICY_FIX_);
+  if constexpr (false) {
+  }
+  DCP_FIRST_UNMET_("planner", "planner", planner_opts_in, "`using policy_concept = dcp::planner_tag;`")
+  DCP_FIRST_UNMET_("planner", "planner", planner_regular, "copyable, default-constructible, ==")
+  DCP_FIRST_UNMET_("planner", "planner", planner_named, "name() -> std::string")
+  DCP_FIRST_UNMET_("planner", "planner", planner_plans,
+                   "plan(cost, batch, recompute) -> dcp::plan for any cost model and recompute policy")
   return dcp::planner<P>;
 }
-#undef DCP_POLICY_FIX_
+#undef DCP_FIRST_UNMET_
 
 template <class O>
 constexpr bool check_override() {
