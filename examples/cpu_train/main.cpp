@@ -1,4 +1,4 @@
-// dcp-train-cpu: trains the tiny transformer under dcp plans on CPU ranks (issue 6).
+// dcp-train-cpu: trains the tiny transformer under dcp plans on CPU ranks.
 //
 //   dcp-train-cpu --local 4 --steps 20                 # 4 ranks as threads of one process
 //   mpirun -np 4 dcp-train-cpu --steps 20              # 4 MPI processes (built with dcp::mpi)

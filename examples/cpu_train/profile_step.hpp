@@ -2,7 +2,7 @@
 /// \file
 /// The CPU example profiles itself: the step function `dcp::profile_model` calls (a real step
 /// of the tiny transformer truncated to the point's depth, on the point's sp ranks as local
-/// threads), the example's memory capacity, and the report of issue 6 (profiling cost vs an
+/// threads), the example's memory capacity, and the profiling report (profiling cost vs an
 /// exhaustive profile; 2-block extrapolation vs full-depth measurements).
 
 #include <algorithm>
@@ -168,7 +168,7 @@ void report_profile_coverage(const Reference& reference, const dcp::profiled_cos
   std::printf("%s\n", os.str().c_str());
 }
 
-/// Prints issue 6's report: profiling cost vs exhaustive, and the extrapolation error.
+/// Prints the profiling report: profiling cost vs exhaustive, and the extrapolation error.
 inline void print_profile_report(const dcp::profile_table& t, const std::vector<extrapolation_check>& checks) {
   std::printf("profile: %zu entries from %lld runs in %.2f s; an exhaustive full-depth profile of the same entries "
               "would take %lld runs, ~%.2f s (%.1fx the runs, %.1fx the time)\n",

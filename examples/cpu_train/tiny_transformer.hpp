@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// A small transformer language model in plain C++, forward and backward by hand, for the
-/// end-to-end proof of dcp on CPUs (issue 6).
+/// end-to-end proof of dcp on CPUs.
 ///
 /// Token + position embedding, L pre-norm blocks (RMSNorm, multi-head self-attention, full or
 /// causal, RMSNorm, GELU MLP), a final RMSNorm and an output head, cross-entropy against the

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The reference integration of `dcp::scheduler` into a training loop (issue 6), and the
+/// The reference integration of `dcp::scheduler` into a training loop, and the
 /// single-process full-batch step it is proven equal to.
 ///
 /// Per global batch (the same on every rank, from the scheduler's sampler):

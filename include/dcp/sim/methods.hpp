@@ -34,7 +34,7 @@ namespace dcp::sim {
 inline constexpr std::array<std::string_view, 7> method_names{
     "dcp", "dcp-no-inter", "dcp-no-intra", "dcp-no-inter-no-intra", "bucket", "packed", "dynamic_cp"};
 
-/// The methods of the default comparison (DESIGN section 7, issue 3).
+/// The methods of the default comparison (DESIGN section 7).
 inline constexpr std::array<std::string_view, 6> default_methods{"dcp",    "dcp-no-inter", "dcp-no-intra",
                                                                   "bucket", "packed",       "dynamic_cp"};
 
