@@ -17,7 +17,8 @@
 ///    with the others);
 /// 5. candidates: sparse batches (under 16 sequences per GPU) also plan with a makespan target
 ///    T from the joint lower bound up: caps at, below and above T, and wider fluid levels (all
-///    sequences on sp >= s, so that few short sequences share a step); the shortest plan wins;
+///    sequences on sp >= s, or on sp = s where they fit, so that few short sequences share a
+///    step); the shortest plan wins;
 /// 6. improve: move single sequences from the last block to finish to the first while that
 ///    lowers the makespan, and widen a gang item that is critical, within a deterministic move
 ///    budget (a wall-clock budget would let ranks compute different plans);
@@ -127,25 +128,28 @@ class dcp_planning {
     // sequence on at least sp = s GPUs, balanced over the blocks of s as sp = 1 sequences are
     // over GPUs, so that few short sequences share steps (a step's efficiency grows with its
     // tokens per GPU). The best one is improved further; all candidates share the bounds.
-    setup(share_, 0);
+    setup(share_, 0, false);
     plan best = build(method, norm, 0);
     if (inter_) {
       const double target = std::max(share_, bounds_.joint_s);
       const bool sparse = items_.size() < 16 * static_cast<std::size_t>(cost_.gpus());
-      auto attempt = [&](double cap, double at, std::size_t level) {
+      auto attempt = [&](double cap, double at, std::size_t level, bool uniform) {
         if (best.efficiency() >= 0.99) return;
-        setup(cap, level);
+        setup(cap, level, uniform);
         plan next = build(method, norm, at);
         if (next.makespan_s < best.makespan_s * (1 - 1e-12))
-          best = std::move(next), best_cap_ = cap, best_target_ = at, best_fluid_ = level;
+          best = std::move(next), best_cap_ = cap, best_target_ = at, best_fluid_ = level, best_uniform_ = uniform;
       };
       if (sparse) {
-        attempt(target, target, 0);
-        for (double f : {0.5, 0.7}) attempt(target * f, target, 0);
-        for (double f : {1.04, 1.12}) attempt(target * f, target * f, 0);
-        for (std::size_t level = 1; level < sps_.size(); ++level) attempt(target, target, level);
+        attempt(target, target, 0, false);
+        for (double f : {0.5, 0.7}) attempt(target * f, target, 0, false);
+        for (double f : {1.04, 1.12}) attempt(target * f, target * f, 0, false);
+        for (std::size_t level = 1; level < sps_.size(); ++level) {
+          attempt(target, target, level, false);
+          attempt(target, target, level, true);
+        }
       }
-      setup(best_cap_, best_fluid_);
+      setup(best_cap_, best_fluid_, best_uniform_);
       best = widen_critical(std::move(best), method, norm);
     }
     best.skipped = std::move(skipped);
@@ -215,13 +219,14 @@ class dcp_planning {
       for (double v : speeds_) capacity += v;
     }
     share_ = total / capacity;
-    best_cap_ = share_, best_target_ = 0, best_fluid_ = 0;
+    best_cap_ = share_, best_target_ = 0, best_fluid_ = 0, best_uniform_ = false;
   }
   /// Step 2, against a cap on any one step's time: a sequence whose most GPU-efficient option
   /// outlasts it takes the narrowest option that does not (the fastest when none does), so a
   /// lone long sequence does not set the makespan.
-  /// With a fluid level, a narrower choice widens to the level's sp.
-  void setup(double cap, std::size_t fluid) {
+  /// With a fluid level, a narrower choice widens to the level's sp; `uniform` also narrows
+  /// wider ones to it (every sequence that fits on the level's sp runs there).
+  void setup(double cap, std::size_t fluid, bool uniform) {
     cap_ = cap;
     const bool relevel = fluid != fluid_;
     fluid_ = fluid;
@@ -238,7 +243,7 @@ class dcp_planning {
         }
         it.choice = pick;
       }
-      if (sp_of(it) < sps_[fluid_])
+      if (sp_of(it) < sps_[fluid_] || (uniform && sp_of(it) > sps_[fluid_]))
         for (std::size_t o = 0; o < it.options.size(); ++o)
           if (it.options[o].sp == sps_[fluid_]) it.choice = o;
       if (it.choice != was || relevel) estimate(it);
@@ -530,6 +535,7 @@ class dcp_planning {
   std::vector<std::int64_t> level_cap_;  // per legal sp: tokens of the largest step at the preferred recompute level
   std::size_t fluid_ = 0;                 // index into sps_ of the fluid level
   std::size_t best_fluid_ = 0;            // and the best candidate's
+  bool best_uniform_ = false;             // whether the best candidate narrowed wide choices to its level
   double share_ = 0;     // GPU-seconds of the batch per GPU
   double cap_ = 0;       // no single step should outlast it (the share, or a makespan target)
   double best_cap_ = 0;     // the cap of the best candidate plan
