@@ -13,6 +13,7 @@
 #include <dcp/comm/comm_concepts.hpp>
 #include <dcp/comm/dsp.hpp>
 #include <dcp/comm/local.hpp>
+#include <dcp/comm/ring.hpp>
 #include <dcp/comm/shard.hpp>
 #include <dcp/comm/ulysses.hpp>
 #include <dcp/config.hpp>

@@ -1,0 +1,239 @@
+#pragma once
+/// \file
+/// Ring attention, the "r" of Ulysses x Ring sequence parallelism (DESIGN section 4.3): a
+/// sequence's tokens are spread over the r ranks of a ring communicator; each rank holds the
+/// queries, keys and values of its tokens ([n][heads][head_dim], the heads its Ulysses group
+/// gave it) and their positions in the sequence. The K/V blocks pass around the ring (r - 1
+/// hops) while each rank folds them into an online softmax; the backward pass sends the K/V
+/// blocks round again with their dK/dV accumulators (r - 1 hops each), so every rank ends with
+/// the gradients of its own queries, keys and values. Exact (the same sums as whole-sequence
+/// attention, in another order). Causal masking uses the positions, so any token split works;
+/// `zigzag_tokens` is the balanced one (ring position j holds half-chunks j and 2r - 1 - j).
+/// Host memory only (`host_communicator`).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/shard.hpp>
+#include <dcp/error.hpp>
+
+namespace dcp {
+
+/// The token positions ring position `j` of `r` holds under zig-zag: half-chunks j and
+/// 2r - 1 - j of the sequence's 2r near-equal half-chunks, so each position's causal work is
+/// the same to within one half-chunk row.
+inline std::vector<std::int64_t> zigzag_tokens(std::int64_t tokens, int r, int j) {
+  check(r >= 1 && j >= 0 && j < r, errc::invalid_argument,
+        [&] { return "zigzag_tokens: ring position " + std::to_string(j) + " outside [0, " + std::to_string(r) + ")"; });
+  std::vector<std::int64_t> out;
+  for (const int half : {j, 2 * r - 1 - j}) {
+    const shard s = shard_of(tokens, 2 * r, half);
+    for (std::int64_t t = s.begin; t < s.end(); ++t) out.push_back(t);
+  }
+  return out;
+}
+
+/// The attention a ring runs: every rank's rows are [tokens][heads][head_dim].
+struct ring_attention_shape {
+  std::int64_t heads = 1;
+  std::int64_t head_dim = 1;
+  bool causal = false;  ///< key position p attends only to query positions >= p
+};
+
+namespace detail {
+
+// The rows of every ring rank (an all-gather), checked against the data this rank passes.
+template <host_communicator Comm>
+std::vector<std::int64_t> ring_rows(Comm& ring, std::span<const std::int64_t> positions, const ring_attention_shape& s,
+                                    std::size_t q_size, const char* op) {
+  check(ring.valid(), errc::invalid_argument, [&] { return std::string(op) + ": the ring communicator is null"; });
+  check(s.heads >= 1 && s.head_dim >= 1, errc::invalid_argument, [&] {
+    return std::string(op) + ": heads = " + std::to_string(s.heads) + " and head_dim = " + std::to_string(s.head_dim) +
+           " must be positive";
+  });
+  const auto n = static_cast<std::int64_t>(positions.size());
+  check(static_cast<std::int64_t>(q_size) == n * s.heads * s.head_dim, errc::invalid_argument, [&] {
+    return std::string(op) + ": " + std::to_string(q_size) + " elements for " + std::to_string(n) + " tokens x " +
+           std::to_string(s.heads) + " heads x " + std::to_string(s.head_dim) + " head_dim";
+  });
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(ring.size()));
+  const std::int64_t mine[1] = {n};
+  ring.all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(rows));
+  return rows;
+}
+
+// Sends `out` to the next ring rank and receives the previous rank's block into `in`. Even
+// ranks send first and odd ranks receive first, so a blocking send cannot deadlock the ring.
+template <host_communicator Comm, class T>
+void ring_shift(Comm& ring, std::span<const T> out, std::span<T> in, int tag) {
+  const int r = ring.size(), me = ring.rank();
+  if (me % 2 == 0) {
+    ring.send(out, (me + 1) % r, tag);
+    ring.recv(in, (me + r - 1) % r, tag);
+  } else {
+    ring.recv(in, (me + r - 1) % r, tag);
+    ring.send(out, (me + 1) % r, tag);
+  }
+}
+
+}  // namespace detail
+
+/// Forward ring attention: `out` (same layout as q) = softmax(q k^T / sqrt(head_dim)) v over
+/// every key of the sequence, causal by position when `s.causal`; `lse` ([n][heads]) receives
+/// each row's log-sum-exp for the backward pass. Collective over `ring`.
+template <host_communicator Comm, class T>
+void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span<const std::int64_t> positions,
+                            std::span<const T> q, std::span<const T> k, std::span<const T> v, std::span<T> out,
+                            std::span<T> lse) {
+  const auto rows = detail::ring_rows(ring, positions, s, q.size(), "ring_attention_forward");
+  const std::int64_t n = static_cast<std::int64_t>(positions.size()), H = s.heads, D = s.head_dim;
+  check(k.size() == q.size() && v.size() == q.size() && out.size() == q.size() &&
+            static_cast<std::int64_t>(lse.size()) == n * H,
+        errc::invalid_argument, [] { return std::string("ring_attention_forward: k, v, out must match q and lse hold n x heads"); });
+  const int r = ring.size(), me = ring.rank();
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  std::vector<T> m(static_cast<std::size_t>(n * H), -std::numeric_limits<T>::infinity()), l(m.size(), T(0));
+  std::vector<T> acc(q.size(), T(0));
+  std::vector<std::int64_t> kpos(positions.begin(), positions.end());
+  std::vector<T> kb(k.begin(), k.end()), vb(v.begin(), v.end());
+  for (int step = 0; step < r; ++step) {
+    const std::int64_t kn = static_cast<std::int64_t>(kpos.size());
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const T* qi = q.data() + (i * H + h) * D;
+        T* ai = acc.data() + (i * H + h) * D;
+        T& mi = m[static_cast<std::size_t>(i * H + h)];
+        T& li = l[static_cast<std::size_t>(i * H + h)];
+        for (std::int64_t j = 0; j < kn; ++j) {
+          if (s.causal && kpos[static_cast<std::size_t>(j)] > positions[static_cast<std::size_t>(i)]) continue;
+          const T* kj = kb.data() + (j * H + h) * D;
+          const T* vj = vb.data() + (j * H + h) * D;
+          T dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
+          const T sc = dot * scale;
+          if (sc > mi) {  // rescale what is accumulated to the new running max
+            const T f = std::exp(mi - sc);
+            li *= f;
+            for (std::int64_t d = 0; d < D; ++d) ai[d] *= f;
+            mi = sc;
+          }
+          const T p = std::exp(sc - mi);
+          li += p;
+          for (std::int64_t d = 0; d < D; ++d) ai[d] += p * vj[d];
+        }
+      }
+    if (step + 1 == r) break;
+    // The block of ring rank (me - step - 1) arrives from the previous rank.
+    const int from = (me + r - step - 1) % r;
+    const std::int64_t in_n = rows[static_cast<std::size_t>(from)];
+    std::vector<std::int64_t> pin(static_cast<std::size_t>(in_n));
+    std::vector<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
+    detail::ring_shift(ring, std::span<const std::int64_t>(kpos), std::span<std::int64_t>(pin), 3 * step);
+    detail::ring_shift(ring, std::span<const T>(kb), std::span<T>(kin), 3 * step + 1);
+    detail::ring_shift(ring, std::span<const T>(vb), std::span<T>(vin), 3 * step + 2);
+    kpos.swap(pin), kb.swap(kin), vb.swap(vin);
+  }
+  for (std::int64_t i = 0; i < n * H; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    check(l[u] > 0, errc::invalid_argument, [&] {
+      return "ring_attention_forward: query row " + std::to_string(i / H) + " (position " +
+             std::to_string(positions[static_cast<std::size_t>(i / H)]) + ") sees no key; causal attention needs "
+             "every position's own key in the sequence";
+    });
+    lse[u] = m[u] + std::log(l[u]);
+    for (std::int64_t d = 0; d < D; ++d) out[u * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] =
+        acc[u * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] / l[u];
+  }
+}
+
+/// Backward ring attention: given the forward's `out` and `lse` and the loss gradient `d_out`,
+/// writes dq, dk, dv (same layout as q) for this rank's tokens. Collective over `ring`.
+/// With P = exp(q k^T / sqrt(d) - lse): dv = P^T d_out, dP = d_out v^T,
+/// dS = P (dP - rowsum(d_out o)), dq = dS k / sqrt(d), dk = dS^T q / sqrt(d).
+template <host_communicator Comm, class T>
+void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::span<const std::int64_t> positions,
+                             std::span<const T> q, std::span<const T> k, std::span<const T> v, std::span<const T> out,
+                             std::span<const T> lse, std::span<const T> d_out, std::span<T> dq, std::span<T> dk,
+                             std::span<T> dv) {
+  const auto rows = detail::ring_rows(ring, positions, s, q.size(), "ring_attention_backward");
+  const std::int64_t n = static_cast<std::int64_t>(positions.size()), H = s.heads, D = s.head_dim;
+  check(k.size() == q.size() && v.size() == q.size() && out.size() == q.size() && d_out.size() == q.size() &&
+            dq.size() == q.size() && dk.size() == q.size() && dv.size() == q.size() &&
+            static_cast<std::int64_t>(lse.size()) == n * H,
+        errc::invalid_argument,
+        [] { return std::string("ring_attention_backward: k, v, out, d_out, dq, dk, dv must match q and lse hold n x heads"); });
+  const int r = ring.size(), me = ring.rank();
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  std::vector<T> delta(static_cast<std::size_t>(n * H), T(0));  // rowsum(d_out o)
+  for (std::int64_t i = 0; i < n * H; ++i)
+    for (std::int64_t d = 0; d < D; ++d) delta[static_cast<std::size_t>(i)] += d_out[i * D + d] * out[i * D + d];
+  std::fill(dq.begin(), dq.end(), T(0));
+  // Adds the block (kpos, kb, vb)'s contributions to dq and to its accumulators (dkb, dvb).
+  auto fold = [&](const std::vector<std::int64_t>& kpos, const std::vector<T>& kb, const std::vector<T>& vb,
+                  std::vector<T>& dkb, std::vector<T>& dvb) {
+    const std::int64_t kn = static_cast<std::int64_t>(kpos.size());
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t row = i * H + h;
+        const T* qi = q.data() + row * D;
+        const T* gi = d_out.data() + row * D;
+        T* dqi = dq.data() + row * D;
+        for (std::int64_t j = 0; j < kn; ++j) {
+          if (s.causal && kpos[static_cast<std::size_t>(j)] > positions[static_cast<std::size_t>(i)]) continue;
+          const T* kj = kb.data() + (j * H + h) * D;
+          const T* vj = vb.data() + (j * H + h) * D;
+          T dot = 0, dp = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d], dp += gi[d] * vj[d];
+          const T p = std::exp(dot * scale - lse[static_cast<std::size_t>(row)]);
+          const T ds = p * (dp - delta[static_cast<std::size_t>(row)]) * scale;
+          T* dkj = dkb.data() + (j * H + h) * D;
+          T* dvj = dvb.data() + (j * H + h) * D;
+          for (std::int64_t d = 0; d < D; ++d) {
+            dvj[d] += p * gi[d];
+            dqi[d] += ds * kj[d];
+            dkj[d] += ds * qi[d];
+          }
+        }
+      }
+  };
+  std::vector<std::int64_t> kpos(positions.begin(), positions.end());
+  std::vector<T> kb(k.begin(), k.end()), vb(v.begin(), v.end());
+  std::vector<T> own_dk(q.size(), T(0)), own_dv(q.size(), T(0));
+  fold(kpos, kb, vb, own_dk, own_dv);
+  // The accumulators of the block held now; empty until the first remote block arrives.
+  std::vector<T> dkb, dvb;
+  for (int step = 1; step < r; ++step) {
+    const int from = (me + r - step) % r;  // owner of the block arriving now
+    const std::int64_t in_n = rows[static_cast<std::size_t>(from)];
+    std::vector<std::int64_t> pin(static_cast<std::size_t>(in_n));
+    std::vector<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
+    const int tag = 5 * step;
+    detail::ring_shift(ring, std::span<const std::int64_t>(kpos), std::span<std::int64_t>(pin), tag);
+    detail::ring_shift(ring, std::span<const T>(kb), std::span<T>(kin), tag + 1);
+    detail::ring_shift(ring, std::span<const T>(vb), std::span<T>(vin), tag + 2);
+    std::vector<T> dkin(kin.size(), T(0)), dvin(kin.size(), T(0));
+    if (step >= 2) {  // the accumulators travel one hop behind the block's first visit
+      detail::ring_shift(ring, std::span<const T>(dkb), std::span<T>(dkin), tag + 3);
+      detail::ring_shift(ring, std::span<const T>(dvb), std::span<T>(dvin), tag + 4);
+    }
+    kpos.swap(pin), kb.swap(kin), vb.swap(vin), dkb.swap(dkin), dvb.swap(dvin);
+    fold(kpos, kb, vb, dkb, dvb);
+  }
+  if (r > 1) {  // the last hop takes every accumulator home: this rank receives its own block's
+    std::vector<T> dk_home(q.size()), dv_home(q.size());
+    detail::ring_shift(ring, std::span<const T>(dkb), std::span<T>(dk_home), 5 * r);
+    detail::ring_shift(ring, std::span<const T>(dvb), std::span<T>(dv_home), 5 * r + 1);
+    for (std::size_t e = 0; e < own_dk.size(); ++e) own_dk[e] += dk_home[e], own_dv[e] += dv_home[e];
+  }
+  std::copy(own_dk.begin(), own_dk.end(), dk.begin());
+  std::copy(own_dv.begin(), own_dv.end(), dv.begin());
+}
+
+}  // namespace dcp
