@@ -106,9 +106,17 @@ struct micro_step {
   double start_s = 0, time_s = 0;  ///< on the cost model's clock
   std::span<const planned_sequence> sequences;  ///< with `loss_weight`
   Comm* group = nullptr;      ///< the group's communicator (cached by the scheduler)
+  int ring = 1;               ///< Ulysses x Ring split: sp = ulysses() x ring (DESIGN section 4.3)
+  Comm* ulysses_group = nullptr;  ///< with ring > 1: this rank's Ulysses group (u consecutive ranks)
+  Comm* ring_group = nullptr;     ///< with ring > 1: this rank's ring (ring ranks, u apart)
 
   int sp() const noexcept { return ranks.size; }
+  int ulysses() const noexcept { return ranks.size / ring; }
   Comm& comm() const noexcept { return *group; }
+  /// The communicator of the step's Ulysses all-to-alls: the whole group when ring = 1.
+  Comm& ulysses_comm() const noexcept { return ring > 1 ? *ulysses_group : *group; }
+  /// The communicator `ring_attention_forward`/`_backward` pass K/V blocks over (ring > 1 only).
+  Comm& ring_comm() const noexcept { return *ring_group; }
 };
 
 namespace detail {
@@ -260,12 +268,24 @@ class scheduler {
     std::vector<int> sizes;
     for (const auto& s : p.steps) sizes.push_back(s.sp());
     groups_.prepare(sizes);
+    // Ulysses x Ring splits, the same on every rank (the plan is), smallest first.
+    std::vector<std::pair<int, int>> splits;
+    for (const auto& s : p.steps)
+      if (s.ring > 1) splits.push_back({s.sp(), s.ring});
+    std::sort(splits.begin(), splits.end());
+    splits.erase(std::unique(splits.begin(), splits.end()), splits.end());
+    for (const auto& [sp, ring] : splits) groups_.prepare_split(sp, ring);
     std::vector<micro_step<Comm>> out;
     const int rank = world_->rank();
     for (std::size_t i : p.steps_of(rank)) {
       const auto& s = p.steps[i];
       out.push_back({i, s.ranks, rank - s.ranks.first, s.checkpointed_blocks, s.start_s, s.time_s,
                      std::span<const planned_sequence>(s.sequences), &groups_.comm_for(s.ranks)});
+      if (s.ring > 1) {
+        out.back().ring = s.ring;
+        out.back().ulysses_group = &groups_.ulysses_for(s.ranks, s.ring);
+        out.back().ring_group = &groups_.ring_for(s.ranks, s.ring);
+      }
     }
     return out;
   }

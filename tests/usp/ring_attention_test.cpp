@@ -13,6 +13,8 @@
 #include <dcp/comm/ring.hpp>
 #include <dcp/comm/shard.hpp>
 #include <dcp/comm/ulysses.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/group_cache.hpp>
 #include <dcp/random.hpp>
 
 namespace {
@@ -161,6 +163,32 @@ TEST(RingAttention, ZigzagBalancesCausalWork) {
     lo = std::min(lo, pairs), hi = std::max(hi, pairs);
   }
   EXPECT_LE(hi - lo, n / (2 * r) + 1) << lo << " .. " << hi;
+}
+
+// The group cache splits each block into Ulysses groups (u consecutive ranks) and rings (u apart),
+// and the split's ring attention equals the one check_usp builds by hand.
+TEST(RingAttention, GroupCacheSplitsUlyssesInsideRing) {
+  dcp::local_world::run(8, [](dcp::local_comm& world) {
+    dcp::group_cache groups(world, dcp::buddy_groups{8, 4});
+    groups.prepare_split(8, 4);  // u = 2
+    groups.prepare_split(4, 2);  // u = 2 inside each node of 4
+    const int me = world.rank();
+    const dcp::rank_block all{0, 8}, node{me / 4 * 4, 4};
+    auto& u8 = groups.ulysses_for(all, 4);
+    auto& r8 = groups.ring_for(all, 4);
+    EXPECT_EQ(u8.size(), 2);
+    EXPECT_EQ(u8.rank(), me % 2);
+    EXPECT_EQ(r8.size(), 4);
+    EXPECT_EQ(r8.rank(), me / 2);
+    auto& r4 = groups.ring_for(node, 2);
+    EXPECT_EQ(r4.size(), 2);
+    EXPECT_EQ(r4.rank(), (me % 4) / 2);
+    // Members of my ring are the ranks with my Ulysses position.
+    std::vector<int> mine{me}, ring_ranks(4);
+    r8.all_gather(std::span<const int>(mine), std::span<int>(ring_ranks));
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(ring_ranks[static_cast<std::size_t>(j)], me % 2 + 2 * j);
+    EXPECT_THROW(groups.ring_for(all, 2), dcp::error);
+  });
 }
 
 }  // namespace

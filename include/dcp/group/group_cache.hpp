@@ -26,6 +26,7 @@
 #include <sstream>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
@@ -107,6 +108,32 @@ class group_cache {
   /// This rank's communicator of block size `sp`.
   Comm& comm_for_size(int sp) { return comm_for(groups_.block_of(world_->rank(), sp)); }
 
+  /// Collective over the world: for block size `sp` (prepared here if it is not yet) and ring
+  /// size `ring` dividing it, splits every block into its Ulysses groups of u = sp / ring
+  /// consecutive ranks and its rings (DESIGN section 4.3: u inside r; ring i is the block's
+  /// ranks i, i + u, ..., its position j the Ulysses group j). Cached; ring = 1 creates nothing.
+  void prepare_split(int sp, int ring) {
+    check(ring >= 1 && sp % ring == 0, errc::invalid_argument, [&] {
+      return "group_cache: ring " + std::to_string(ring) + " does not divide group size " + std::to_string(sp);
+    });
+    prepare({sp});
+    if (ring == 1 || splits_.contains({sp, ring})) return;
+    const int u = sp / ring;
+    const int rank = world_->rank();
+    const rank_block b = groups_.block_of(rank, sp);
+    Comm& group = b.end() <= groups_.block_count(sp) * sp ? comm_for(b) : comms_.at(sp);
+    if (!group.valid()) return;  // a trailing partial block runs no step: nothing to split
+    const int g = group.rank();
+    Comm uly = group.split(g / u, g % u);
+    Comm rng = group.split(g % u, g / u);
+    splits_.emplace(std::pair{sp, ring}, std::pair{std::move(uly), std::move(rng)});
+  }
+  /// This rank's Ulysses communicator (u = sp / ring ranks) of `block` split with `ring`
+  /// (prepared by `prepare_split`). Not collective.
+  Comm& ulysses_for(rank_block block, int ring) { return split_for(block, ring).first; }
+  /// This rank's ring communicator (ring ranks, u apart) of `block`. Not collective.
+  Comm& ring_for(rank_block block, int ring) { return split_for(block, ring).second; }
+
   /// Groups this rank belongs to (at most log2(N) + 1), smallest first.
   const std::vector<group_entry>& entries() const noexcept { return entries_; }
   /// Communicators this rank created (the world's own block is reused, not counted).
@@ -127,6 +154,16 @@ class group_cache {
             return "group_cache: group size " + std::to_string(sp) + " is not a power of two with a block in " +
                    std::to_string(world_->size()) + " ranks";
           });
+  }
+
+  std::pair<Comm, Comm>& split_for(rank_block block, int ring) {
+    comm_for(block);  // checks the block is this rank's and prepared
+    auto it = splits_.find({block.size, ring});
+    check(it != splits_.end(), errc::invalid_argument, [&] {
+      return "group_cache: no Ulysses x Ring split of size " + std::to_string(block.size) + " with ring " +
+             std::to_string(ring) + " yet; call prepare_split() with it on every rank first (it is collective)";
+    });
+    return it->second;
   }
 
   void create(int sp) {
@@ -154,6 +191,7 @@ class group_cache {
   Comm* world_;
   Groups groups_;
   std::map<int, Comm> comms_;
+  std::map<std::pair<int, int>, std::pair<Comm, Comm>> splits_;  // (sp, ring) -> (Ulysses, ring)
   std::vector<group_entry> entries_;
   bool reused_ = false;
 };
