@@ -78,13 +78,30 @@ vec rows_of(const vec& x, const std::vector<std::int64_t>& tokens, std::int64_t 
 // Ulysses x Ring attention on u x r local ranks: ring position j holds `split(j)` of the
 // sequence, token-sharded over its Ulysses group, re-laid to head shards, then ring attention
 // over the ranks holding the same heads. Every rank compares its rows with the reference.
-void check_usp(int u, int r, std::int64_t n, std::int64_t H, std::int64_t D, bool causal, bool zigzag, std::uint64_t seed) {
+// With cut > 0 the sequence is two packed segments, [0, cut) and [cut, n), that never attend to
+// each other.
+void check_usp(int u, int r, std::int64_t n, std::int64_t H, std::int64_t D, bool causal, bool zigzag, std::uint64_t seed,
+               std::int64_t cut = 0) {
   std::cout << "[     SEED ] " << seed << " u=" << u << " r=" << r << " n=" << n << (causal ? " causal" : " full")
-            << (zigzag ? " zigzag" : " contiguous") << "\n";
+            << (zigzag ? " zigzag" : " contiguous") << " cut=" << cut << "\n";
   dcp::xoshiro256ss g(seed);
   const std::size_t size = static_cast<std::size_t>(n * H * D);
   const vec q = random_vec(g, size), k = random_vec(g, size), v = random_vec(g, size), dout = random_vec(g, size);
-  const auto ref = full_attention(n, H, D, causal, q, k, v, dout);
+  reference ref = full_attention(n, H, D, causal, q, k, v, dout);
+  if (cut > 0) {  // each segment on its own, placed back on the packed axis
+    const std::size_t at = static_cast<std::size_t>(cut * H * D);
+    auto part = [&](const vec& x, bool first) {
+      return first ? vec(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(at)) : vec(x.begin() + static_cast<std::ptrdiff_t>(at), x.end());
+    };
+    const auto a = full_attention(cut, H, D, causal, part(q, true), part(k, true), part(v, true), part(dout, true));
+    const auto b = full_attention(n - cut, H, D, causal, part(q, false), part(k, false), part(v, false), part(dout, false));
+    auto join = [](const vec& x, const vec& y) {
+      vec z(x);
+      z.insert(z.end(), y.begin(), y.end());
+      return z;
+    };
+    ref = {join(a.out, b.out), join(a.dq, b.dq), join(a.dk, b.dk), join(a.dv, b.dv)};
+  }
   auto chunk = [&](int j) {
     if (zigzag) return dcp::zigzag_tokens(n, r, j);
     std::vector<std::int64_t> t;
@@ -116,12 +133,16 @@ void check_usp(int u, int r, std::int64_t n, std::int64_t H, std::int64_t D, boo
     const dcp::ring_attention_shape rs{H / u, D, causal};
     vec o(hq.size()), lse(static_cast<std::size_t>(cn * (H / u))), dq(hq.size()), dk(hq.size()), dv(hq.size());
     const std::span<const std::int64_t> pos(mine);
+    std::vector<std::int64_t> seg;
+    if (cut > 0)
+      for (auto t : mine) seg.push_back(t < cut ? 0 : 1);
     dcp::ring_attention_forward(ring, rs, pos, std::span<const double>(hq), std::span<const double>(hk),
-                                std::span<const double>(hv), std::span<double>(o), std::span<double>(lse));
+                                std::span<const double>(hv), std::span<double>(o), std::span<double>(lse),
+                                std::span<const std::int64_t>(seg));
     dcp::ring_attention_backward(ring, rs, pos, std::span<const double>(hq), std::span<const double>(hk),
                                  std::span<const double>(hv), std::span<const double>(o), std::span<const double>(lse),
                                  std::span<const double>(hg), std::span<double>(dq), std::span<double>(dk),
-                                 std::span<double>(dv));
+                                 std::span<double>(dv), std::span<const std::int64_t>(seg));
     const struct {
       const char* name;
       vec got;
@@ -150,6 +171,12 @@ TEST(RingAttention, UlyssesTimesRingMatchesWholeSequence) {
   check_usp(2, 2, 23, 4, 3, true, true, 21);
   check_usp(4, 2, 37, 4, 2, true, true, 22);
   check_usp(2, 4, 41, 2, 3, false, true, 23);
+}
+
+// A packed micro-step of two sequences: segment ids keep them apart across the ring.
+TEST(RingAttention, PackedSegmentsStayApart) {
+  check_usp(2, 2, 31, 2, 3, true, true, 31, 12);
+  check_usp(1, 4, 27, 1, 2, false, false, 32, 5);
 }
 
 TEST(RingAttention, ZigzagBalancesCausalWork) {

@@ -8,6 +8,8 @@
 /// blocks round again with their dK/dV accumulators (r - 1 hops each), so every rank ends with
 /// the gradients of its own queries, keys and values. Exact (the same sums as whole-sequence
 /// attention, in another order). Causal masking uses the positions, so any token split works;
+/// optional segment ids (one per token) restrict attention to tokens of the same segment, for a
+/// packed micro-step of several sequences (positions then index the packed axis);
 /// `zigzag_tokens` is the balanced one (ring position j holds half-chunks j and 2r - 1 - j).
 /// Host memory only (`host_communicator`).
 
@@ -83,15 +85,35 @@ void ring_shift(Comm& ring, std::span<const T> out, std::span<T> in, int tag) {
   }
 }
 
+// Segment ids, when given, are one per token.
+inline void check_segments(std::span<const std::int64_t> segments, std::int64_t n, const char* op) {
+  check(segments.empty() || static_cast<std::int64_t>(segments.size()) == n, errc::invalid_argument, [&] {
+    return std::string(op) + ": " + std::to_string(segments.size()) + " segment ids for " + std::to_string(n) +
+           " tokens; give one per token or none";
+  });
+}
+
+// Whether query row i attends key j of the block held (positions kpos, segments kseg).
+inline auto mask(const ring_attention_shape& s, std::span<const std::int64_t> positions,
+                 std::span<const std::int64_t> segments) {
+  return [causal = s.causal, positions, segments](std::int64_t i, const std::vector<std::int64_t>& kpos,
+                                                   const std::vector<std::int64_t>& kseg, std::int64_t j) {
+    const auto a = static_cast<std::size_t>(i), b = static_cast<std::size_t>(j);
+    if (!segments.empty() && kseg[b] != segments[a]) return false;
+    return !causal || kpos[b] <= positions[a];
+  };
+}
+
 }  // namespace detail
 
 /// Forward ring attention: `out` (same layout as q) = softmax(q k^T / sqrt(head_dim)) v over
-/// every key of the sequence, causal by position when `s.causal`; `lse` ([n][heads]) receives
-/// each row's log-sum-exp for the backward pass. Collective over `ring`.
+/// every key of the sequence (of the query's segment when `segments` is given), causal by
+/// position when `s.causal`; `lse` ([n][heads]) receives each row's log-sum-exp for the
+/// backward pass. Collective over `ring`; every rank passes segments or none does.
 template <host_communicator Comm, class T>
 void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span<const std::int64_t> positions,
                             std::span<const T> q, std::span<const T> k, std::span<const T> v, std::span<T> out,
-                            std::span<T> lse) {
+                            std::span<T> lse, std::span<const std::int64_t> segments = {}) {
   const auto rows = detail::ring_rows(ring, positions, s, q.size(), "ring_attention_forward");
   const std::int64_t n = static_cast<std::int64_t>(positions.size()), H = s.heads, D = s.head_dim;
   check(k.size() == q.size() && v.size() == q.size() && out.size() == q.size() &&
@@ -99,6 +121,10 @@ void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span
         errc::invalid_argument, [] { return std::string("ring_attention_forward: k, v, out must match q and lse hold n x heads"); });
   const int r = ring.size(), me = ring.rank();
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  detail::check_segments(segments, n, "ring_attention_forward");
+  const bool by_segment = !segments.empty();
+  std::vector<std::int64_t> kseg(segments.begin(), segments.end());
+  const auto attends = detail::mask(s, positions, segments);
   std::vector<T> m(static_cast<std::size_t>(n * H), -std::numeric_limits<T>::infinity()), l(m.size(), T(0));
   std::vector<T> acc(q.size(), T(0));
   std::vector<std::int64_t> kpos(positions.begin(), positions.end());
@@ -112,7 +138,7 @@ void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span
         T& mi = m[static_cast<std::size_t>(i * H + h)];
         T& li = l[static_cast<std::size_t>(i * H + h)];
         for (std::int64_t j = 0; j < kn; ++j) {
-          if (s.causal && kpos[static_cast<std::size_t>(j)] > positions[static_cast<std::size_t>(i)]) continue;
+          if (!attends(i, kpos, kseg, j)) continue;
           const T* kj = kb.data() + (j * H + h) * D;
           const T* vj = vb.data() + (j * H + h) * D;
           T dot = 0;
@@ -135,9 +161,14 @@ void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span
     const std::int64_t in_n = rows[static_cast<std::size_t>(from)];
     std::vector<std::int64_t> pin(static_cast<std::size_t>(in_n));
     std::vector<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
-    detail::ring_shift(ring, std::span<const std::int64_t>(kpos), std::span<std::int64_t>(pin), 3 * step);
-    detail::ring_shift(ring, std::span<const T>(kb), std::span<T>(kin), 3 * step + 1);
-    detail::ring_shift(ring, std::span<const T>(vb), std::span<T>(vin), 3 * step + 2);
+    detail::ring_shift(ring, std::span<const std::int64_t>(kpos), std::span<std::int64_t>(pin), 4 * step);
+    detail::ring_shift(ring, std::span<const T>(kb), std::span<T>(kin), 4 * step + 1);
+    detail::ring_shift(ring, std::span<const T>(vb), std::span<T>(vin), 4 * step + 2);
+    if (by_segment) {
+      std::vector<std::int64_t> sin(pin.size());
+      detail::ring_shift(ring, std::span<const std::int64_t>(kseg), std::span<std::int64_t>(sin), 4 * step + 3);
+      kseg.swap(sin);
+    }
     kpos.swap(pin), kb.swap(kin), vb.swap(vin);
   }
   for (std::int64_t i = 0; i < n * H; ++i) {
@@ -154,14 +185,15 @@ void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span
 }
 
 /// Backward ring attention: given the forward's `out` and `lse` and the loss gradient `d_out`,
-/// writes dq, dk, dv (same layout as q) for this rank's tokens. Collective over `ring`.
+/// writes dq, dk, dv (same layout as q) for this rank's tokens, with the forward's `segments`.
+/// Collective over `ring`.
 /// With P = exp(q k^T / sqrt(d) - lse): dv = P^T d_out, dP = d_out v^T,
 /// dS = P (dP - rowsum(d_out o)), dq = dS k / sqrt(d), dk = dS^T q / sqrt(d).
 template <host_communicator Comm, class T>
 void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::span<const std::int64_t> positions,
                              std::span<const T> q, std::span<const T> k, std::span<const T> v, std::span<const T> out,
                              std::span<const T> lse, std::span<const T> d_out, std::span<T> dq, std::span<T> dk,
-                             std::span<T> dv) {
+                             std::span<T> dv, std::span<const std::int64_t> segments = {}) {
   const auto rows = detail::ring_rows(ring, positions, s, q.size(), "ring_attention_backward");
   const std::int64_t n = static_cast<std::int64_t>(positions.size()), H = s.heads, D = s.head_dim;
   check(k.size() == q.size() && v.size() == q.size() && out.size() == q.size() && d_out.size() == q.size() &&
@@ -171,13 +203,16 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
         [] { return std::string("ring_attention_backward: k, v, out, d_out, dq, dk, dv must match q and lse hold n x heads"); });
   const int r = ring.size(), me = ring.rank();
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  detail::check_segments(segments, n, "ring_attention_backward");
+  const bool by_segment = !segments.empty();
+  const auto attends = detail::mask(s, positions, segments);
   std::vector<T> delta(static_cast<std::size_t>(n * H), T(0));  // rowsum(d_out o)
   for (std::int64_t i = 0; i < n * H; ++i)
     for (std::int64_t d = 0; d < D; ++d) delta[static_cast<std::size_t>(i)] += d_out[i * D + d] * out[i * D + d];
   std::fill(dq.begin(), dq.end(), T(0));
   // Adds the block (kpos, kb, vb)'s contributions to dq and to its accumulators (dkb, dvb).
-  auto fold = [&](const std::vector<std::int64_t>& kpos, const std::vector<T>& kb, const std::vector<T>& vb,
-                  std::vector<T>& dkb, std::vector<T>& dvb) {
+  auto fold = [&](const std::vector<std::int64_t>& kpos, const std::vector<std::int64_t>& kseg,
+                  const std::vector<T>& kb, const std::vector<T>& vb, std::vector<T>& dkb, std::vector<T>& dvb) {
     const std::int64_t kn = static_cast<std::int64_t>(kpos.size());
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t h = 0; h < H; ++h) {
@@ -186,7 +221,7 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
         const T* gi = d_out.data() + row * D;
         T* dqi = dq.data() + row * D;
         for (std::int64_t j = 0; j < kn; ++j) {
-          if (s.causal && kpos[static_cast<std::size_t>(j)] > positions[static_cast<std::size_t>(i)]) continue;
+          if (!attends(i, kpos, kseg, j)) continue;
           const T* kj = kb.data() + (j * H + h) * D;
           const T* vj = vb.data() + (j * H + h) * D;
           T dot = 0, dp = 0;
@@ -203,10 +238,10 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
         }
       }
   };
-  std::vector<std::int64_t> kpos(positions.begin(), positions.end());
+  std::vector<std::int64_t> kpos(positions.begin(), positions.end()), kseg(segments.begin(), segments.end());
   std::vector<T> kb(k.begin(), k.end()), vb(v.begin(), v.end());
   std::vector<T> own_dk(q.size(), T(0)), own_dv(q.size(), T(0));
-  fold(kpos, kb, vb, own_dk, own_dv);
+  fold(kpos, kseg, kb, vb, own_dk, own_dv);
   // The accumulators of the block held now; empty until the first remote block arrives.
   std::vector<T> dkb, dvb;
   for (int step = 1; step < r; ++step) {
@@ -214,7 +249,7 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
     const std::int64_t in_n = rows[static_cast<std::size_t>(from)];
     std::vector<std::int64_t> pin(static_cast<std::size_t>(in_n));
     std::vector<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
-    const int tag = 5 * step;
+    const int tag = 6 * step;
     detail::ring_shift(ring, std::span<const std::int64_t>(kpos), std::span<std::int64_t>(pin), tag);
     detail::ring_shift(ring, std::span<const T>(kb), std::span<T>(kin), tag + 1);
     detail::ring_shift(ring, std::span<const T>(vb), std::span<T>(vin), tag + 2);
@@ -223,13 +258,18 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
       detail::ring_shift(ring, std::span<const T>(dkb), std::span<T>(dkin), tag + 3);
       detail::ring_shift(ring, std::span<const T>(dvb), std::span<T>(dvin), tag + 4);
     }
+    if (by_segment) {
+      std::vector<std::int64_t> sin(pin.size());
+      detail::ring_shift(ring, std::span<const std::int64_t>(kseg), std::span<std::int64_t>(sin), tag + 5);
+      kseg.swap(sin);
+    }
     kpos.swap(pin), kb.swap(kin), vb.swap(vin), dkb.swap(dkin), dvb.swap(dvin);
-    fold(kpos, kb, vb, dkb, dvb);
+    fold(kpos, kseg, kb, vb, dkb, dvb);
   }
   if (r > 1) {  // the last hop takes every accumulator home: this rank receives its own block's
     std::vector<T> dk_home(q.size()), dv_home(q.size());
-    detail::ring_shift(ring, std::span<const T>(dkb), std::span<T>(dk_home), 5 * r);
-    detail::ring_shift(ring, std::span<const T>(dvb), std::span<T>(dv_home), 5 * r + 1);
+    detail::ring_shift(ring, std::span<const T>(dkb), std::span<T>(dk_home), 6 * r);
+    detail::ring_shift(ring, std::span<const T>(dvb), std::span<T>(dv_home), 6 * r + 1);
     for (std::size_t e = 0; e < own_dk.size(); ++e) own_dk[e] += dk_home[e], own_dv[e] += dv_home[e];
   }
   std::copy(own_dk.begin(), own_dk.end(), dk.begin());
