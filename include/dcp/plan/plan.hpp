@@ -41,7 +41,7 @@ struct planned_sequence {
   std::int64_t tokens = 0;  ///< tokens the model sees (shape plus text tokens)
   std::int64_t frames = 1;
   std::int64_t spatial = 0;
-  double loss_weight = 0;  ///< scale of this sequence's summed loss (weights of a batch sum to 1)
+  double loss_weight = 0;  ///< scale of this sequence's mean token loss (weights of a batch sum to 1)
   friend bool operator==(const planned_sequence&, const planned_sequence&) = default;
 };
 
