@@ -270,11 +270,22 @@ struct analytic_cost {
     return sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t;
   }
 
-  double memory(const load_type& l, int sp, int k) const noexcept {
-    const double L = model.blocks, h = static_cast<double>(model.hidden), beta = device.beta;
-    const double x = l.tokens / sp / tp;  // tokens per GPU: Megatron SP shards activations over tp
-    return static_memory() + (L - k) * beta * h * x + k * 2 * h * x + beta * h * x;
+  /// `memory(l, sp, k)` as a function of the load alone, its per-model terms (the static memory)
+  /// computed once: for callers that price many loads on one (sp, k). It holds values, not a
+  /// reference, and `memory` itself goes through it, so the two cannot disagree.
+  struct memory_on {
+    double static_bytes, blocks, hidden, beta;
+    int sp, tp, k;
+    double operator()(const load_type& l) const noexcept {
+      const double L = blocks, h = hidden;
+      const double x = l.tokens / sp / tp;  // tokens per GPU: Megatron SP shards activations over tp
+      return static_bytes + (L - k) * beta * h * x + k * 2 * h * x + beta * h * x;
+    }
+  };
+  memory_on memory_at(int sp, int k) const noexcept {
+    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp, tp, k};
   }
+  double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp, k)(l); }
 
   /// GPU-seconds floor of DESIGN section 3: compute at eff(x_max), communication bytes at
   /// full bandwidth, no latency or launch overhead (batching can amortise those away).

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <iterator>
 #include <limits>
@@ -75,19 +76,26 @@ class dcp_planning {
     std::vector<skipped_sequence> skipped;
     std::vector<sequence> seqs = feasible_sequences(cost_, batch, policy, skipped);
     // Canonical order: plans must not depend on the order ranks received the batch in.
-    std::sort(seqs.begin(), seqs.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+    const auto by_id = [](const sequence& a, const sequence& b) { return a.id < b.id; };
+    if (!std::is_sorted(seqs.begin(), seqs.end(), by_id)) std::sort(seqs.begin(), seqs.end(), by_id);
     sps_ = legal_sp_sizes(cost_);
     items_.clear();
     items_.reserve(seqs.size());
+    shape_options_.clear();
+    twin_.clear();
     // Sequences of one shape share their options (batches repeat a few shapes many times).
-    std::vector<std::size_t> by_shape(seqs.size());
-    for (std::size_t i = 0; i < seqs.size(); ++i) by_shape[i] = i;
-    std::sort(by_shape.begin(), by_shape.end(), [&](std::size_t a, std::size_t b) {
-      return std::pair(seqs[a].frames, seqs[a].spatial) < std::pair(seqs[b].frames, seqs[b].spatial);
-    });
+    // Sorted by value (shape, then index): a total order, and no indirection while sorting.
+    struct shape_key {
+      std::int64_t frames, spatial;
+      std::size_t index;
+      auto operator<=>(const shape_key&) const = default;
+    };
+    std::vector<shape_key> by_shape(seqs.size());
+    for (std::size_t i = 0; i < seqs.size(); ++i) by_shape[i] = {seqs[i].frames, seqs[i].spatial, i};
+    std::sort(by_shape.begin(), by_shape.end());
     std::vector<std::size_t> same_as(seqs.size());
     for (std::size_t j = 0; j < by_shape.size(); ++j) {
-      const std::size_t i = by_shape[j], prev = j > 0 ? by_shape[j - 1] : i;
+      const std::size_t i = by_shape[j].index, prev = j > 0 ? by_shape[j - 1].index : i;
       same_as[i] = j > 0 && seqs[prev].frames == seqs[i].frames && seqs[prev].spatial == seqs[i].spatial ? same_as[prev] : i;
     }
     std::vector<std::size_t> item_of(seqs.size(), seqs.size());  // sequence -> its item, once priced
@@ -95,7 +103,12 @@ class dcp_planning {
       const sequence& s = seqs[i];
       item it{s, cost_.load_of(s), cost_.tokens_of(s), {}, 0, 0, 0};
       const std::size_t twin = item_of[same_as[i]];
-      it.options = twin < items_.size() ? items_[twin].options : options(it.load);
+      if (twin < items_.size()) {
+        it.options = items_[twin].options;
+      } else {
+        shape_options_.push_back(options(it.load));  // a moved vector keeps its buffer: spans stay valid
+        it.options = shape_options_.back();
+      }
       if (it.options.empty()) {  // fits only with blocks the recompute policy will not checkpoint
         if (policy == infeasible_policy::skip) {
           skipped.push_back({s.id, it.tokens, infeasible_error(cost_, s).what()});
@@ -104,6 +117,7 @@ class dcp_planning {
         throw infeasible_error(cost_, s);
       }
       if (item_of[same_as[i]] == seqs.size()) item_of[same_as[i]] = items_.size();
+      twin_.push_back(item_of[same_as[i]]);
       items_.push_back(std::move(it));
     }
     planned_.clear();
@@ -115,7 +129,13 @@ class dcp_planning {
     if (intra_ && std::is_same_v<Recompute, selective_recompute>)
       bounds_ = lower_bounds_of(
           cost_, items_.size(), [&](std::size_t i) -> const load_t& { return items_[i].load; },
-          [&](std::size_t i) -> const std::vector<sequence_option>& { return items_[i].options; }, speeds_);
+          [&](std::size_t i) { return items_[i].options; }, 
+          [&](std::size_t i) {
+            if constexpr (std::equality_comparable<load_t>)
+              if (!(items_[twin_[i]].load == items_[i].load)) return i;
+            return twin_[i];
+          },
+          speeds_);
     else
       bounds_ = lower_bounds(cost_, planned_, speeds_);
     choose_sp();
@@ -163,7 +183,7 @@ class dcp_planning {
     sequence seq;
     load_t load;
     std::int64_t tokens;
-    std::vector<sequence_option> options;
+    std::span<const sequence_option> options;  // its shape's, in shape_options_
     std::size_t choice;  // index into options
     std::size_t base;    // the most GPU-efficient option
     double estimate;     // GPU-seconds when packed with its peers
@@ -184,8 +204,16 @@ class dcp_planning {
     return static_cast<std::size_t>(std::find(sps_.begin(), sps_.end(), sp) - sps_.begin());
   }
   /// Fits the sp's preferred recompute level (0 blocks under selective recompute).
-  bool fits_preferred(const load_t& l, int sp) const {
-    return cost_.memory(l, sp, k_pref_[sp_index(sp)]) <= cost_.capacity();
+  bool fits_preferred(const load_t& l, int sp) const { return fits_preferred_on(sp)(l); }
+  /// `fits_preferred(l, sp)` for one sp, with the cost model's per-(sp, k) terms computed once
+  /// where it offers that (`memory_at`): the same comparison of the same values.
+  auto fits_preferred_on(int sp) const {
+    const int k = k_pref_[sp_index(sp)];
+    const double capacity = cost_.capacity();
+    if constexpr (requires { cost_.memory_at(sp, k)(std::declval<const load_t&>()); })
+      return [memory = cost_.memory_at(sp, k), capacity](const load_t& l) { return memory(l) <= capacity; };
+    else
+      return [this, sp, k, capacity](const load_t& l) { return cost_.memory(l, sp, k) <= capacity; };
   }
   std::vector<sequence_option> options(const load_t& l) const {
     std::vector<sequence_option> out;
@@ -270,19 +298,29 @@ class dcp_planning {
   /// preferred recompute level; a sequence too long for that runs alone at its own level.
   /// Gang steps (`capped`) also stay within the cap.
   std::vector<step_group> pack(std::vector<std::size_t> members, int sp, bool capped) const {
-    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
-      return items_[a].tokens != items_[b].tokens ? items_[a].tokens > items_[b].tokens
-                                                  : items_[a].seq.id < items_[b].seq.id;
-    });
+    {  // tokens descending, id ascending (a total order), sorted by value
+      struct member_key {
+        std::int64_t tokens, id;
+        std::size_t index;
+      };
+      std::vector<member_key> keys;
+      keys.reserve(members.size());
+      for (std::size_t m : members) keys.push_back({items_[m].tokens, items_[m].seq.id, m});
+      std::sort(keys.begin(), keys.end(), [](const member_key& x, const member_key& y) {
+        return x.tokens != y.tokens ? x.tokens > y.tokens : x.id < y.id;
+      });
+      for (std::size_t j = 0; j < keys.size(); ++j) members[j] = keys[j].index;
+    }
     std::vector<step_group> steps;
+    const auto fits = fits_preferred_on(sp);
+    const int k = k_pref_[sp_index(sp)];
     for (std::size_t m : members) {
       const item& it = items_[m];
       bool placed = false;
-      if (fits_preferred(it.load, sp)) {
+      if (fits(it.load)) {
         for (auto& g : steps) {
           // Gang steps also stay within the cap: a merged step must not set the makespan.
-          if (fits_preferred(g.load + it.load, sp) &&
-              (!capped || cost_.time(g.load + it.load, sp, k_pref_[sp_index(sp)]) <= cap_)) {
+          if (fits(g.load + it.load) && (!capped || cost_.time(g.load + it.load, sp, k) <= cap_)) {
             g.members.push_back(m);
             g.load = g.load + it.load;
             placed = true;
@@ -369,18 +407,27 @@ class dcp_planning {
     const int sp = sps_.empty() ? 1 : sps_[level];
     const int n = groups.block_count(sp);
     std::vector<std::vector<std::size_t>> on(static_cast<std::size_t>(n));
-    std::sort(fluid.begin(), fluid.end(), [&](std::size_t x, std::size_t y) {
-      return items_[x].estimate != items_[y].estimate ? items_[x].estimate > items_[y].estimate
-                                                      : items_[x].seq.id < items_[y].seq.id;
+    // Estimate descending, id ascending (ids are unique: a total order), sorted by value: the
+    // keys carry what the assignment reads, so it does not chase items_ in random order.
+    struct fluid_key {
+      double estimate;
+      std::int64_t id;
+      std::size_t index;
+    };
+    std::vector<fluid_key> keys;
+    keys.reserve(fluid.size());
+    for (std::size_t m : fluid) keys.push_back({items_[m].estimate, items_[m].seq.id, m});
+    std::sort(keys.begin(), keys.end(), [](const fluid_key& x, const fluid_key& y) {
+      return x.estimate != y.estimate ? x.estimate > y.estimate : x.id < y.id;
     });
     using slot = std::pair<double, int>;
     std::priority_queue<slot, std::vector<slot>, std::greater<>> least;
     for (int u = 0; u < n; ++u) least.push({b.ready(groups.block(sp, u)), u});
-    for (std::size_t m : fluid) {
+    for (const fluid_key& key : keys) {
       auto [load, u] = least.top();
       least.pop();
-      on[static_cast<std::size_t>(u)].push_back(m);
-      least.push({load + items_[m].estimate / sp / b.speed_of(groups.block(sp, u)), u});
+      on[static_cast<std::size_t>(u)].push_back(key.index);
+      least.push({load + key.estimate / sp / b.speed_of(groups.block(sp, u)), u});
     }
     std::vector<std::vector<step_group>> steps(static_cast<std::size_t>(n));
     std::set<slot> finish;
@@ -529,6 +576,8 @@ class dcp_planning {
   std::size_t moves_;
   std::span<const double> speeds_;  // per GPU, empty = all 1
   std::vector<item> items_;
+  std::vector<std::vector<sequence_option>> shape_options_;  // one per distinct shape
+  std::vector<std::size_t> twin_;  // per item: the first item of its shape
   std::vector<sequence> planned_;  // items' sequences, sorted by id
   std::vector<int> sps_;
   std::vector<int> k_pref_;

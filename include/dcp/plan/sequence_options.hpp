@@ -166,9 +166,11 @@ batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::s
 /// `lower_bounds` over sequences already in id order, given as `count` loads (`load_at(i)`) and
 /// their feasible options under selective recompute (`options_at(i)`, as `options_of` makes
 /// them): a planner that has computed the options passes them instead of pricing them again.
-template <cost_model C, class LoadAt, class OptionsAt>
+/// `twin_at(i)` is an index j <= i whose load and options equal i's (i itself when none is
+/// known); twins are priced once.
+template <cost_model C, class LoadAt, class OptionsAt, class TwinAt>
 batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at, OptionsAt&& options_at,
-                             std::span<const double> speeds = {}) {
+                             TwinAt&& twin_at, std::span<const double> speeds = {}) {
   const auto sps = legal_sp_sizes(cost);
   auto log2 = [](int sp) { return static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(sp))); };
   std::vector<double> speed_of_sp(sps.empty() ? 1 : log2(sps.back()) + 1, 1.0);  // by log2(sp)
@@ -183,9 +185,27 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
   };
   std::vector<term> terms;  // every sequence's feasible options, sequence after sequence
   std::vector<std::size_t> first{0};
+  struct priced {  // sequence i's terms and its w and t
+    std::size_t first, last;
+    double w, t;
+  };
+  std::vector<priced> seen(count);
   double work = 0, longest = 0;
   for (std::size_t i = 0; i < count; ++i) {
+    if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
+      const priced p = seen[i] = seen[j];
+      for (std::size_t o = p.first; o < p.last; ++o) {
+        const term x = terms[o];
+        terms.push_back(x);
+      }
+      if (!std::isfinite(p.t)) continue;  // as below
+      first.push_back(terms.size());
+      work += p.w;
+      longest = std::max(longest, p.t);
+      continue;
+    }
     const auto& load = load_at(i);
+    const std::size_t start = terms.size();
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
     for (const sequence_option& o : options_at(i)) {
       const double speed = speed_of_sp[log2(o.sp)];
@@ -197,6 +217,7 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
       terms.push_back(x);
       w = std::min(w, floor), t = std::min(t, x.time);
     }
+    seen[i] = {start, terms.size(), w, t};
     if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
     first.push_back(terms.size());
     work += w;
@@ -262,7 +283,7 @@ batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::s
   }
   return lower_bounds_of(
       cost, loads.size(), [&](std::size_t i) -> const auto& { return loads[i]; },
-      [&](std::size_t i) -> const auto& { return options[i]; }, speeds);
+      [&](std::size_t i) -> const auto& { return options[i]; }, [](std::size_t i) { return i; }, speeds);
 }
 
 /// The simple lower bound of DESIGN section 3 (`lower_bounds(...).simple_s`).
