@@ -11,7 +11,10 @@
 /// attention is DeepSpeed-Ulysses: q, k, v go token shards -> head shards with one all-to-all
 /// each, every rank attends its heads over whole sequences (a block-diagonal mask keeps packed
 /// sequences apart), and the output goes back to token shards. Backward mirrors it (the adjoint
-/// of a re-layout is its inverse).
+/// of a re-layout is its inverse). A Ulysses x Ring step (DESIGN section 4.3) gives every
+/// Ulysses group one chunk of the packed axis (zig-zag half-chunks when causal): the all-to-alls
+/// run over the Ulysses communicator within the chunk, and attention is `dcp::ring_attention_*`
+/// over the ring communicator, with packed positions and sequence ids as the ring's segments.
 ///
 /// Activation checkpointing is per block: a checkpointed block keeps only its input and
 /// recomputes its forward (communication included) in backward. Activations are allocated through
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
+#include <dcp/comm/ring.hpp>
 #include <dcp/comm/shard.hpp>
 #include <dcp/comm/ulysses.hpp>
 #include <dcp/error.hpp>
@@ -110,9 +114,14 @@ struct packed_shard {
   std::vector<int> tokens, targets;     ///< of the shard
   std::vector<int> positions;           ///< position of each shard token within its sequence
   std::vector<double> weights;          ///< loss weight of each shard token (sequence weight / its length)
+  /// Ulysses x Ring steps only: the packed-axis indices of the Ulysses group's chunk, and the
+  /// index of each one's sequence; `tokens_shard` then ranges over the chunk, not the packed axis.
+  std::vector<std::int64_t> chunk, chunk_sequence;
 
   std::int64_t total() const noexcept { return seq_begin.empty() ? 0 : seq_begin.back(); }
   std::int64_t local() const noexcept { return tokens_shard.count; }
+  /// Tokens the Ulysses all-to-alls lay out over heads: the packed axis, or the ring chunk.
+  std::int64_t attended() const noexcept { return chunk.empty() ? total() : std::int64_t(chunk.size()); }
 };
 
 namespace detail {
@@ -220,15 +229,21 @@ class tiny_transformer {
   const std::vector<T>& params() const noexcept { return params_; }
 
   /// Runs one micro-step on this rank's shard and ADDS its weighted gradient to `grads`
-  /// (`params().size()` long). `comm` is the step's group (sp = its size; null for sp = 1);
-  /// the first `checkpointed` blocks recompute their forward in backward. Returns the rank's
-  /// weighted loss (the sum over ranks is the step's loss).
+  /// (`params().size()` long). `comm` is the step's group (sp = its size; null for sp = 1), or
+  /// with `ring` (a Ulysses x Ring step, `s.chunk` set) its Ulysses group; the first
+  /// `checkpointed` blocks recompute their forward (ring passes included) in backward. Returns
+  /// the rank's weighted loss (the sum over ranks is the step's loss).
   template <class Comm>
-  T forward_backward(const packed_shard& s, Comm* comm, int checkpointed, std::span<T> grads) const {
+  T forward_backward(const packed_shard& s, Comm* comm, int checkpointed, std::span<T> grads,
+                     Comm* ring = nullptr) const {
     const int sp = comm ? comm->size() : 1;
     dcp::check(config_.heads % sp == 0, dcp::errc::invalid_argument, [&] {
       return "tiny_transformer: sp = " + std::to_string(sp) + " does not divide heads = " +
              std::to_string(config_.heads);
+    });
+    dcp::check(!ring == s.chunk.empty(), dcp::errc::invalid_argument, [] {
+      return std::string("tiny_transformer: a ring communicator needs a shard with its ring chunk (make_shard with "
+                         "the step's ring) and the reverse");
     });
     dcp::check(grads.size() == params_.size(), dcp::errc::invalid_argument,
                [] { return std::string("tiny_transformer: gradient buffer size differs from the parameters"); });
@@ -245,7 +260,7 @@ class tiny_transformer {
     for (int l = 0; l < config_.blocks; ++l) {
       auto& st = states[size_t(l)];
       st.x_in = std::move(x);
-      x = block_forward(l, s, comm, st);
+      x = block_forward(l, s, comm, ring, st);
       if (l < checkpointed) st.release_all_but_input();
     }
     // Head: loss and its gradient at once (logits are never stored).
@@ -256,10 +271,10 @@ class tiny_transformer {
     for (int l = config_.blocks - 1; l >= 0; --l) {
       auto& st = states[size_t(l)];
       if (l < checkpointed) {
-        act<T> out = block_forward(l, s, comm, st);  // recompute (communication included)
+        act<T> out = block_forward(l, s, comm, ring, st);  // recompute (communication included)
         out = act<T>();
       }
-      dx = block_backward(l, s, comm, st, dx, grads);
+      dx = block_backward(l, s, comm, ring, st, dx, grads);
       st = block_state();
     }
     // Embedding backward.
@@ -335,6 +350,11 @@ class tiny_transformer {
     }
     const dcp::ulysses_shape shape{total, config_.heads, config_.head_dim()};
     dcp::ulysses_to_token_shards(*comm, shape, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  }
+
+  // The ring's attention: this rank's heads of its Ulysses group of `u`.
+  dcp::ring_attention_shape ring_shape(int u) const noexcept {
+    return {config_.heads / u, config_.head_dim(), config_.causal};
   }
 
   // Keys of query i in its sequence [begin, end): [begin, end) or [begin, i] (causal).
@@ -420,7 +440,7 @@ class tiny_transformer {
   }
 
   template <class Comm>
-  act<T> block_forward(int l, const packed_shard& s, Comm* comm, block_state& st) const {
+  act<T> block_forward(int l, const packed_shard& s, Comm* comm, Comm* ring, block_state& st) const {
     const auto& B = layout_.blocks[size_t(l)];
     const T* P = params_.data();
     const std::int64_t n = s.local(), h = config_.hidden, f = config_.mlp;
@@ -433,12 +453,21 @@ class tiny_transformer {
       detail::matmul(st.a.data(), P + B.wq, q.data(), n, h, h);
       detail::matmul(st.a.data(), P + B.wk, k.data(), n, h, h);
       detail::matmul(st.a.data(), P + B.wv, v.data(), n, h, h);
-      to_heads(comm, s.total(), q, st.qh);
-      to_heads(comm, s.total(), k, st.kh);
-      to_heads(comm, s.total(), v, st.vh);
+      to_heads(comm, s.attended(), q, st.qh);
+      to_heads(comm, s.attended(), k, st.kh);
+      to_heads(comm, s.attended(), v, st.vh);
     }
-    attention_forward(s, config_.heads / sp, st.qh, st.kh, st.vh, st.oh, st.lse);
-    to_tokens(comm, s.total(), n, st.oh, st.o);
+    if (ring) {
+      st.oh.assign(st.qh.size(), T(0));
+      st.lse.assign(size_t(s.attended() * (config_.heads / sp)), T(0));
+      dcp::ring_attention_forward(*ring, ring_shape(sp), s.chunk, std::span<const T>(st.qh.data(), st.qh.size()),
+                                  std::span<const T>(st.kh.data(), st.kh.size()),
+                                  std::span<const T>(st.vh.data(), st.vh.size()), std::span<T>(st.oh.data(), st.oh.size()),
+                                  std::span<T>(st.lse.data(), st.lse.size()), s.chunk_sequence);
+    } else {
+      attention_forward(s, config_.heads / sp, st.qh, st.kh, st.vh, st.oh, st.lse);
+    }
+    to_tokens(comm, s.attended(), n, st.oh, st.o);
     st.x1 = st.x_in;
     detail::matmul(st.o.data(), P + B.wo, st.x1.data(), n, h, h, true);
     st.r2.assign(size_t(n), T(0));
@@ -461,8 +490,8 @@ class tiny_transformer {
   }
 
   template <class Comm>
-  act<T> block_backward(int l, const packed_shard& s, Comm* comm, const block_state& st, const act<T>& dout,
-                        std::span<T> grads) const {
+  act<T> block_backward(int l, const packed_shard& s, Comm* comm, Comm* ring, const block_state& st,
+                        const act<T>& dout, std::span<T> grads) const {
     const auto& B = layout_.blocks[size_t(l)];
     const T* P = params_.data();
     T* G = grads.data();
@@ -494,14 +523,22 @@ class tiny_transformer {
       act<T> dtok(size_t(n * h)), doh, dqh, dkh, dvh;
       detail::matmul_bt(dx1.data(), P + B.wo, dtok.data(), n, h, h, false);
       dx1 = act<T>();
-      to_heads(comm, s.total(), dtok, doh);
-      attention_backward(s, config_.heads / sp, st.qh, st.kh, st.vh, st.oh, st.lse, doh, dqh, dkh, dvh);
+      to_heads(comm, s.attended(), dtok, doh);
+      if (ring) {
+        for (act<T>* g : {&dqh, &dkh, &dvh}) g->assign(st.qh.size(), T(0));
+        auto in = [](const act<T>& a) { return std::span<const T>(a.data(), a.size()); };
+        auto out = [](act<T>& a) { return std::span<T>(a.data(), a.size()); };
+        dcp::ring_attention_backward(*ring, ring_shape(sp), s.chunk, in(st.qh), in(st.kh), in(st.vh), in(st.oh),
+                                     in(st.lse), in(doh), out(dqh), out(dkh), out(dvh), s.chunk_sequence);
+      } else {
+        attention_backward(s, config_.heads / sp, st.qh, st.kh, st.vh, st.oh, st.lse, doh, dqh, dkh, dvh);
+      }
       doh = act<T>();
       act<T> da(size_t(n * h), T(0));
       const std::size_t wts[3] = {B.wq, B.wk, B.wv};
       act<T>* heads[3] = {&dqh, &dkh, &dvh};
       for (int m = 0; m < 3; ++m) {
-        to_tokens(comm, s.total(), n, *heads[m], dtok);
+        to_tokens(comm, s.attended(), n, *heads[m], dtok);
         *heads[m] = act<T>();
         detail::matmul_at(st.a.data(), dtok.data(), G + wts[m], n, h, h);
         detail::matmul_bt(dtok.data(), P + wts[m], da.data(), n, h, h, true);

@@ -7,7 +7,8 @@
 ///   1. `plan = sched.plan(batch)`, no communication;
 ///   2. `sched.verify(plan)`: one all-reduce, every rank fails before any step if ranks disagree;
 ///   3. for each of this rank's `sched.steps_for(plan)`: build the rank's token shard of the
-///      packed step, run forward/backward with the step's group communicator, its checkpointed
+///      packed step, run forward/backward with the step's group communicator (or, for a
+///      Ulysses x Ring step, its Ulysses and ring communicators), its checkpointed
 ///      blocks (the cost model's k of L mapped onto the model's blocks) and the sequences' loss
 ///      weights; gradients accumulate locally, no per-rank averaging;
 ///   4. one `all_reduce(sum)` of gradients (and the loss) over all ranks;
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include <dcp/comm/local.hpp>
+#include <dcp/comm/ring.hpp>
 #include <dcp/comm/shard.hpp>
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/device.hpp>
@@ -108,23 +110,46 @@ struct segment {
 };
 
 /// This rank's shard (`group_rank` of `sp`) of the packed step made of `segments`, in order.
-inline packed_shard make_shard(const synthetic_data& data, std::span<const segment> segments, int sp, int group_rank) {
+/// With `ring` > 1 (DESIGN section 4.3, u = sp / ring): group rank g is position g % u of
+/// Ulysses group g / u, which holds ring chunk g / u of the packed axis (zig-zag half-chunks
+/// when `causal`), and the rank takes its Ulysses token shard of that chunk.
+inline packed_shard make_shard(const synthetic_data& data, std::span<const segment> segments, int sp, int group_rank,
+                               int ring = 1, bool causal = false) {
+  dcp::check(ring >= 1 && sp % ring == 0, dcp::errc::invalid_argument, [&] {
+    return "make_shard: ring " + std::to_string(ring) + " does not divide sp = " + std::to_string(sp);
+  });
   packed_shard s;
   s.seq_begin.push_back(0);
   for (const auto& g : segments) s.seq_begin.push_back(s.seq_begin.back() + g.tokens);
-  s.tokens_shard = dcp::shard_of(s.total(), sp, group_rank);
-  const std::int64_t b = s.tokens_shard.begin, e = s.tokens_shard.end();
-  for (std::size_t q = 0; q < segments.size(); ++q) {
-    const std::int64_t lo = std::max(b, s.seq_begin[q]), hi = std::min(e, s.seq_begin[q + 1]);
-    if (lo >= hi) continue;
-    const auto toks = data.tokens(segments[q].id, segments[q].tokens);
-    for (std::int64_t i = lo; i < hi; ++i) {
-      const std::int64_t p = i - s.seq_begin[q];
-      s.tokens.push_back(toks[size_t(p)]);
-      s.targets.push_back(toks[size_t(p + 1)]);
-      s.positions.push_back(int(p));
-      s.weights.push_back(segments[q].token_weight);
+  auto sequence_of = [&](std::int64_t i) {
+    return std::int64_t(std::upper_bound(s.seq_begin.begin(), s.seq_begin.end(), i) - s.seq_begin.begin()) - 1;
+  };
+  std::vector<std::int64_t> mine;  // this rank's packed-axis indices, in order
+  if (ring == 1) {
+    s.tokens_shard = dcp::shard_of(s.total(), sp, group_rank);
+    for (std::int64_t i = s.tokens_shard.begin; i < s.tokens_shard.end(); ++i) mine.push_back(i);
+  } else {
+    const int u = sp / ring, j = group_rank / u;
+    if (causal) {
+      s.chunk = dcp::zigzag_tokens(s.total(), ring, j);
+    } else {
+      const dcp::shard c = dcp::shard_of(s.total(), ring, j);
+      for (std::int64_t i = c.begin; i < c.end(); ++i) s.chunk.push_back(i);
     }
+    for (const std::int64_t i : s.chunk) s.chunk_sequence.push_back(sequence_of(i));
+    s.tokens_shard = dcp::shard_of(std::int64_t(s.chunk.size()), u, group_rank % u);
+    for (std::int64_t i = s.tokens_shard.begin; i < s.tokens_shard.end(); ++i) mine.push_back(s.chunk[size_t(i)]);
+  }
+  std::int64_t cached = -1;
+  std::vector<int> toks;
+  for (const std::int64_t i : mine) {
+    const std::int64_t q = sequence_of(i);
+    if (q != cached) toks = data.tokens(segments[size_t(q)].id, segments[size_t(q)].tokens), cached = q;
+    const std::int64_t p = i - s.seq_begin[size_t(q)];
+    s.tokens.push_back(toks[size_t(p)]);
+    s.targets.push_back(toks[size_t(p + 1)]);
+    s.positions.push_back(int(p));
+    s.weights.push_back(segments[size_t(q)].token_weight);
   }
   return s;
 }
@@ -154,14 +179,15 @@ step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<
   for (const auto& st : steps) {
     std::vector<segment> segs;
     for (const auto& q : st.sequences) segs.push_back({q.id, q.tokens, q.loss_weight / double(q.tokens)});
-    const packed_shard shard = make_shard(data, segs, st.sp(), st.group_rank);
+    const packed_shard shard = make_shard(data, segs, st.sp(), st.group_rank, st.ring, model.config().causal);
     const int k = mode == recompute_mode::plan ? map_checkpointed(st.checkpointed_blocks, cost_L, L)
                   : mode == recompute_mode::all ? L
                                                 : 0;
     out.recomputed_blocks += k;
-    auto* comm = st.sp() > 1 ? &st.comm() : nullptr;
+    auto* comm = st.ring > 1 ? &st.ulysses_comm() : st.sp() > 1 ? &st.comm() : nullptr;
+    auto* ring = st.ring > 1 ? &st.ring_comm() : nullptr;
     const auto t0 = std::chrono::steady_clock::now();
-    loss += model.forward_backward(shard, comm, k, std::span<T>(g).first(n));
+    loss += model.forward_backward(shard, comm, k, std::span<T>(g).first(n), ring);
     out.timed.emplace_back(st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   out.micro_steps = steps.size();

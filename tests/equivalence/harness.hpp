@@ -54,6 +54,7 @@ struct setup {
 /// What the plans of a run exercised.
 struct coverage {
   int max_sp = 1;
+  int max_ring = 1;  // largest Ulysses x Ring ring of a step
   std::size_t max_sequences_per_step = 0;
   int max_checkpointed = 0;
   bool uneven_shards = false;
@@ -83,6 +84,7 @@ run_result<T> run_planned(Comm& world, const setup& s, Policies policies, recomp
     std::vector<std::size_t> per_rank(size_t(world.size()), 0);
     for (const auto& st : sum.plan.steps) {
       r.cov.max_sp = std::max(r.cov.max_sp, st.sp());
+      r.cov.max_ring = std::max(r.cov.max_ring, st.ring);
       r.cov.max_sequences_per_step = std::max(r.cov.max_sequences_per_step, st.sequences.size());
       if (mode == recompute_mode::plan) r.cov.max_checkpointed = std::max(r.cov.max_checkpointed, st.checkpointed_blocks);
       std::int64_t tokens = 0;
@@ -120,6 +122,39 @@ double relative_difference(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() ? num / std::max(den, 1e-300) : INFINITY;
 }
 inline double relative_difference(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
+
+/// A Ulysses x Ring problem (DESIGN section 4.3): 2 heads cap Ulysses at u = 2, and the long
+/// sequences hold more tokens than two ranks fit even with every block checkpointed, so only a
+/// u x r step can train them (up to 200 tokens: sp = 4 = 2 x 2; up to 400: also sp = 8 = 2 x 4).
+inline setup ring_setup(bool causal, int max_len = 200) {
+  setup s;
+  s.model.heads = 2;
+  s.model.causal = causal;
+  s.model.max_len = max_len + 56;
+  s.data.min_len = 24;
+  s.data.max_len = max_len;
+  s.batch_tokens = 12 * max_len / 5;
+  s.fit_tokens = 20;
+  s.steps = 2;
+  return s;
+}
+/// The dcp planner over an analytic cost model whose rings reach `ring`.
+inline dcp::default_policies ring_policies(const setup& s, int world, int ring) {
+  dcp::default_policies p;
+  p.cost = dcp::make_analytic_cost(s.spec(), s.options(world).device, world, dcp::parallel_layout{.ring = ring});
+  return p;
+}
+/// The longest sequence of the run's batches that no step without a ring can hold: it does
+/// not fit on u_max = heads ranks even with every block checkpointed (0 if none).
+inline std::int64_t longest_needing_ring(const setup& s, int world) {
+  const dcp::analytic_cost c = s.cost(world);
+  const int u_max = std::min(world, s.model.heads);
+  std::int64_t longest = 0;
+  for (const auto& batch : s.batches(world))
+    for (const auto& q : batch)
+      if (c.memory(c.load_of(q), u_max, c.blocks()) > c.capacity()) longest = std::max(longest, q.shape_tokens());
+  return longest;
+}
 
 /// A bucket or packed planner tuned on the run's dataset, as a user would.
 template <class Planner>
