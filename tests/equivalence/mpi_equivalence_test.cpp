@@ -1,6 +1,6 @@
 // The equivalence proof across MPI processes (run under mpiexec -n 4): plans from dcp, bucket and
 // packed, recompute on and off, equal single-process full-batch training (computed by every
-// rank alone) to 1e-10 relative in double and 1e-5 in float.
+// rank alone) to 1e-10 relative in double and 1e-5 in float; and Ulysses x Ring plans likewise.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -52,6 +52,20 @@ TEST(mpi_equivalence, four_ranks_all_planners) {
   f.opt = {optimizer_kind::sgd, 0.5};  // float with SGD (see the local suite for why not Adam)
   const auto ref_f = run_reference<float>(f, R);
   expect_equal(run_planned<float>(world, f, dcp::default_policies{}, recompute_mode::plan), ref_f, 1e-5, "dcp float");
+}
+
+// Ulysses x Ring across processes: 2 heads cap Ulysses at 2, so the long sequences run on
+// sp = 4 = 2 x 2 with ring attention over the step's ring communicator.
+TEST(mpi_equivalence, four_ranks_ulysses_x_ring) {
+  auto& world = *world_ptr;
+  ASSERT_EQ(world.size(), 4) << "run under mpiexec -n 4";
+  for (const bool causal : {false, true}) {
+    const setup s = ring_setup(causal);
+    ASSERT_GT(longest_needing_ring(s, 4), 0) << "no sequence infeasible without rings";
+    const auto got = run_planned<double>(world, s, ring_policies(s, 4, 2), recompute_mode::plan);
+    EXPECT_EQ(got.cov.max_ring, 2) << "no u x r step in the plans";
+    expect_equal(got, run_reference<double>(s, 4), 1e-10, std::string("dcp ring=2 ") + (causal ? "causal" : "full"));
+  }
 }
 
 }  // namespace
