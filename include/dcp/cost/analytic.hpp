@@ -270,22 +270,22 @@ struct analytic_cost {
     return sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t;
   }
 
-  /// `memory(l, sp, k)` as a function of the load alone, its per-model terms (the static memory)
-  /// computed once: for callers that price many loads on one (sp, k). It holds values, not a
+  /// `memory(l, sp, k)` as a function of the load and k, its per-model terms (the static memory)
+  /// computed once: for callers that price many loads or k on one sp. It holds values, not a
   /// reference, and `memory` itself goes through it, so the two cannot disagree.
   struct memory_on {
     double static_bytes, blocks, hidden, beta;
-    int sp, tp, k;
-    double operator()(const load_type& l) const noexcept {
+    int sp, tp;
+    double operator()(const load_type& l, int k) const noexcept {
       const double L = blocks, h = hidden;
       const double x = l.tokens / sp / tp;  // tokens per GPU: Megatron SP shards activations over tp
       return static_bytes + (L - k) * beta * h * x + k * 2 * h * x + beta * h * x;
     }
   };
-  memory_on memory_at(int sp, int k) const noexcept {
-    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp, tp, k};
+  memory_on memory_at(int sp) const noexcept {
+    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp, tp};
   }
-  double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp, k)(l); }
+  double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp)(l, k); }
 
   /// GPU-seconds floor of DESIGN section 3: compute at eff(x_max), communication bytes at
   /// full bandwidth, no latency or launch overhead (batching can amortise those away).

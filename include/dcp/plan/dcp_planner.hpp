@@ -210,8 +210,8 @@ class dcp_planning {
   auto fits_preferred_on(int sp) const {
     const int k = k_pref_[sp_index(sp)];
     const double capacity = cost_.capacity();
-    if constexpr (requires { cost_.memory_at(sp, k)(std::declval<const load_t&>()); })
-      return [memory = cost_.memory_at(sp, k), capacity](const load_t& l) { return memory(l) <= capacity; };
+    if constexpr (requires { cost_.memory_at(sp)(std::declval<const load_t&>(), k); })
+      return [memory = cost_.memory_at(sp), k, capacity](const load_t& l) { return memory(l, k) <= capacity; };
     else
       return [this, sp, k, capacity](const load_t& l) { return cost_.memory(l, sp, k) <= capacity; };
   }

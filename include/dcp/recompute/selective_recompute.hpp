@@ -17,19 +17,29 @@ struct selective_recompute {
   /// Binary search over k: memory does not grow with k (a `cost_model` law).
   template <cost_model C>
   std::optional<int> choose(const C& c, const typename C::load_type& l, int sp) const {
-    const double cap = c.capacity();
-    int hi = c.blocks();
-    if (c.memory(l, sp, hi) > cap) return std::nullopt;
-    int lo = 0;
-    if (c.memory(l, sp, lo) <= cap) return 0;
-    while (hi - lo > 1) {  // memory(lo) > cap >= memory(hi)
-      const int mid = lo + (hi - lo) / 2;
-      (c.memory(l, sp, mid) <= cap ? hi : lo) = mid;
-    }
-    return hi;
+    // A model that can fix sp once (`analytic_cost::memory_at`) prices its per-model terms once.
+    if constexpr (requires { c.memory_at(sp)(l, 0); })
+      return search(c, [m = c.memory_at(sp), &l](int k) { return m(l, k); });
+    else
+      return search(c, [&](int k) { return c.memory(l, sp, k); });
   }
   friend bool operator==(selective_recompute, selective_recompute) = default;
   friend std::ostream& operator<<(std::ostream& os, selective_recompute) { return os << "selective_recompute{}"; }
+
+ private:
+  template <cost_model C, class Memory>
+  static std::optional<int> search(const C& c, Memory memory) {
+    const double cap = c.capacity();
+    int hi = c.blocks();
+    if (memory(hi) > cap) return std::nullopt;
+    int lo = 0;
+    if (memory(lo) <= cap) return 0;
+    while (hi - lo > 1) {  // memory(lo) > cap >= memory(hi)
+      const int mid = lo + (hi - lo) / 2;
+      (memory(mid) <= cap ? hi : lo) = mid;
+    }
+    return hi;
+  }
 };
 
 static_assert(recompute_policy<selective_recompute>);
