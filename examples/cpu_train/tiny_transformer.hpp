@@ -242,8 +242,9 @@ class tiny_transformer {
              std::to_string(config_.heads);
     });
     dcp::check(!ring == s.chunk.empty(), dcp::errc::invalid_argument, [] {
-      return std::string("tiny_transformer: a ring communicator needs a shard with its ring chunk (make_shard with "
-                         "the step's ring) and the reverse");
+      return std::string(
+          "tiny_transformer: a ring communicator needs a shard with its ring chunk (make_shard with "
+          "the step's ring) and the reverse");
     });
     dcp::check(grads.size() == params_.size(), dcp::errc::invalid_argument,
                [] { return std::string("tiny_transformer: gradient buffer size differs from the parameters"); });
@@ -352,6 +353,9 @@ class tiny_transformer {
     dcp::ulysses_to_token_shards(*comm, shape, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
   }
 
+  // Spans over activation buffers, for the ring primitives.
+  static std::span<const T> in_span(const act<T>& a) noexcept { return {a.data(), a.size()}; }
+  static std::span<T> out_span(act<T>& a) noexcept { return {a.data(), a.size()}; }
   // The ring's attention: this rank's heads of its Ulysses group of `u`.
   dcp::ring_attention_shape ring_shape(int u) const noexcept {
     return {config_.heads / u, config_.head_dim(), config_.causal};
@@ -460,10 +464,8 @@ class tiny_transformer {
     if (ring) {
       st.oh.assign(st.qh.size(), T(0));
       st.lse.assign(size_t(s.attended() * (config_.heads / sp)), T(0));
-      dcp::ring_attention_forward(*ring, ring_shape(sp), s.chunk, std::span<const T>(st.qh.data(), st.qh.size()),
-                                  std::span<const T>(st.kh.data(), st.kh.size()),
-                                  std::span<const T>(st.vh.data(), st.vh.size()), std::span<T>(st.oh.data(), st.oh.size()),
-                                  std::span<T>(st.lse.data(), st.lse.size()), s.chunk_sequence);
+      dcp::ring_attention_forward(*ring, ring_shape(sp), s.chunk, in_span(st.qh), in_span(st.kh), in_span(st.vh),
+                                  out_span(st.oh), out_span(st.lse), s.chunk_sequence);
     } else {
       attention_forward(s, config_.heads / sp, st.qh, st.kh, st.vh, st.oh, st.lse);
     }
@@ -490,8 +492,8 @@ class tiny_transformer {
   }
 
   template <class Comm>
-  act<T> block_backward(int l, const packed_shard& s, Comm* comm, Comm* ring, const block_state& st,
-                        const act<T>& dout, std::span<T> grads) const {
+  act<T> block_backward(int l, const packed_shard& s, Comm* comm, Comm* ring, const block_state& st, const act<T>& dout,
+                        std::span<T> grads) const {
     const auto& B = layout_.blocks[size_t(l)];
     const T* P = params_.data();
     T* G = grads.data();
@@ -526,10 +528,9 @@ class tiny_transformer {
       to_heads(comm, s.attended(), dtok, doh);
       if (ring) {
         for (act<T>* g : {&dqh, &dkh, &dvh}) g->assign(st.qh.size(), T(0));
-        auto in = [](const act<T>& a) { return std::span<const T>(a.data(), a.size()); };
-        auto out = [](act<T>& a) { return std::span<T>(a.data(), a.size()); };
-        dcp::ring_attention_backward(*ring, ring_shape(sp), s.chunk, in(st.qh), in(st.kh), in(st.vh), in(st.oh),
-                                     in(st.lse), in(doh), out(dqh), out(dkh), out(dvh), s.chunk_sequence);
+        dcp::ring_attention_backward(*ring, ring_shape(sp), s.chunk, in_span(st.qh), in_span(st.kh), in_span(st.vh),
+                                     in_span(st.oh), in_span(st.lse), in_span(doh), out_span(dqh), out_span(dkh),
+                                     out_span(dvh), s.chunk_sequence);
       } else {
         attention_backward(s, config_.heads / sp, st.qh, st.kh, st.vh, st.oh, st.lse, doh, dqh, dkh, dvh);
       }

@@ -1,12 +1,13 @@
 // Ulysses x Ring training on local ranks (threads) equals single-process full-batch training:
 // with 2 heads, Ulysses stops at u = 2, so the plans put the long sequences on u x r steps
-// (4 ranks: sp = 4 = 2 x 2; 8 ranks with longer data: up to sp = 8 = 2 x 4), whose attention runs ring attention over the step's ring
-// communicator; full and causal (zig-zag) attention, recompute planned or on every block.
+// (4 ranks: sp = 4 = 2 x 2; 8 ranks with longer data: up to sp = 8 = 2 x 4), whose attention
+// runs ring attention over the step's ring communicator; full and causal (zig-zag) attention,
+// recompute planned or on every block.
 // Double: parameters after one optimizer step and every step's loss to 1e-10 relative.
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "harness.hpp"
 
@@ -53,7 +54,8 @@ TEST_P(ring_equivalence_test, matches_full_batch) {
 
 INSTANTIATE_TEST_SUITE_P(usp, ring_equivalence_test, ::testing::Values(ring_case{4, 2, 200}, ring_case{8, 4, 400}),
                          [](const auto& param_info) {
-                           return "R" + std::to_string(param_info.param.ranks) + "_ring" + std::to_string(param_info.param.ring);
+                           return "R" + std::to_string(param_info.param.ranks) + "_ring" +
+                                  std::to_string(param_info.param.ring);
                          });
 
 }  // namespace
