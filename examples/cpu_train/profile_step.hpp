@@ -145,11 +145,11 @@ void report_profile_coverage(const Reference& reference, const dcp::profiled_cos
   for (const auto& e : profiled.table().entries) longest[e.sp] = std::max(longest[e.sp], e.tokens);
   std::ostringstream os;
   os << "profile coverage:";
-  for (const auto& [sp, n] : longest) {
-    const auto beyond = std::count_if(data.begin(), data.end(), [&](const dcp::sequence& s) {
-      return profiled.tokens_of(s) > n;
-    });
-    os << " sp " << sp << " measured up to " << n << " tokens (" << beyond << " longer, extrapolated);";
+  for (const auto& entry : longest) {
+    const std::int64_t n = entry.second;  // a named copy: clang before 16 cannot capture a structured binding
+    const auto beyond = std::count_if(data.begin(), data.end(),
+                                      [&](const dcp::sequence& s) { return profiled.tokens_of(s) > n; });
+    os << " sp " << entry.first << " measured up to " << n << " tokens (" << beyond << " longer, extrapolated);";
   }
   const auto ref_sps = dcp::legal_sp_sizes(reference), sps = dcp::legal_sp_sizes(profiled);
   std::vector<std::int64_t> refused;
