@@ -315,6 +315,7 @@ TEST(TokenBudgetSampler, LoadRejectsMalformedAndMismatchedStates) {
   expect_error(dcp::errc::parse_error, "\"seed\" must be an integer", load(replace("\"seed\": 3", "\"seed\": -3")));
   expect_error(dcp::errc::parse_error, "\"seed\" must be an integer",
                load(replace("\"seed\": 3", "\"seed\": 99999999999999999999999")));
+  expect_error(dcp::errc::parse_error, "number overflow", load(replace("\"epoch\": 0", "\"epoch\": 2e8889")));
   expect_error(dcp::errc::parse_error, "\"epoch\" must be an integer in range but is 0.5",
                load(replace("\"epoch\": 0", "\"epoch\": 0.5")));
   expect_error(dcp::errc::parse_error, "\"position\" must be an integer",

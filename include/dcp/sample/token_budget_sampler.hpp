@@ -223,7 +223,7 @@ class token_budget_sampler {
           fail("duplicate key " + parsed.dump() + " in the sampler state");
         return true;
       });
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (2e8889)
       fail(e.what());
     }
     if (!j.is_object()) fail("expected one JSON object, found " + std::string(j.type_name()));
