@@ -176,12 +176,8 @@ struct bucket_planner {
     requires recompute_policy<Recompute>
   dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
     token_buckets.validate();
+    if (sp == 0) return plan_tuned_on_batch(*this, cost, batch);
     std::vector<skipped_sequence> skipped;
-    if (sp == 0) {
-      const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
-      if (feasible.empty()) return empty_plan(cost, std::move(skipped));
-      return tune(cost, batch).plan(cost, batch);  // self-tuning is tuning on the batch
-    }
     const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
     plan_builder<C> builder(cost, name());
     builder.skip(std::move(skipped));
@@ -249,13 +245,6 @@ struct bucket_planner {
     };
     const auto t = tune_fixed_sp(cost, feasible, batches, configure);
     return configure(t.sp, t.fill);
-  }
-
-  template <cost_model C>
-  dcp::plan empty_plan(const C& cost, std::vector<skipped_sequence> skipped) const {
-    plan_builder<C> builder(cost, name());
-    builder.skip(std::move(skipped));
-    return std::move(builder).finish(std::span<const sequence>{}, loss);
   }
 };
 

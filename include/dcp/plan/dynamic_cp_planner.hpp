@@ -140,16 +140,8 @@ struct dynamic_cp_planner {
     requires recompute_policy<Recompute>
   dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
     validate(cost);
+    if (max_tokens_per_rank == 0) return plan_tuned_on_batch(*this, cost, batch);
     std::vector<skipped_sequence> skipped;
-    if (max_tokens_per_rank == 0) {
-      const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
-      if (feasible.empty()) {
-        plan_builder<C> builder(cost, name());
-        builder.skip(std::move(skipped));
-        return std::move(builder).finish(feasible, loss);
-      }
-      return tune(cost, batch).plan(cost, batch);  // self-tuning is tuning on the batch
-    }
     std::vector<sequence> seqs;
     const std::int64_t top = widest(cost);
     for (const auto& s : feasible_sequences(cost, batch, on_infeasible, skipped)) {

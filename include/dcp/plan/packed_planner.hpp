@@ -84,16 +84,8 @@ struct packed_planner {
   template <cost_model C, class Recompute = full_recompute>
     requires recompute_policy<Recompute>
   dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
+    if (sp == 0) return plan_tuned_on_batch(*this, cost, batch);
     std::vector<skipped_sequence> skipped;
-    if (sp == 0) {
-      const auto feasible = feasible_sequences(cost, batch, on_infeasible, skipped);
-      if (feasible.empty()) {
-        plan_builder<C> builder(cost, name());
-        builder.skip(std::move(skipped));
-        return std::move(builder).finish(feasible, loss);
-      }
-      return tune(cost, batch).plan(cost, batch);  // self-tuning is tuning on the batch
-    }
     const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
     plan_builder<C> builder(cost, name());
     builder.skip(std::move(skipped));

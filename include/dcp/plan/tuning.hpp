@@ -129,6 +129,19 @@ std::vector<sequence> fixed_sp_sequences(const C& cost, std::span<const sequence
   return out;
 }
 
+/// What a static planner whose knob is left at 0 does: it tunes itself on the batch and plans it
+/// (`p.tune(cost, batch).plan(cost, batch)`); a batch with no feasible sequence gives an empty plan
+/// that lists the skipped ones (or `on_infeasible = error` has thrown already).
+template <class Planner, cost_model C>
+plan plan_tuned_on_batch(const Planner& p, const C& cost, std::span<const sequence> batch) {
+  std::vector<skipped_sequence> skipped;
+  const auto feasible = feasible_sequences(cost, batch, p.on_infeasible, skipped);
+  if (!feasible.empty()) return p.tune(cost, batch).plan(cost, batch);
+  plan_builder<C> builder(cost, p.name());
+  builder.skip(std::move(skipped));
+  return std::move(builder).finish(feasible, p.loss);
+}
+
 /// A 64-bit digest of a batch's ids (in the given order), to seed per-batch randomness so that
 /// the same batch gets the same plan on every rank.
 inline std::uint64_t batch_digest(std::span<const sequence> batch) noexcept {
