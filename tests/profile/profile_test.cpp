@@ -71,6 +71,33 @@ TEST(profile_json, round_trip) {
   EXPECT_NE(to_json(t).find("\"format\": \"dcp.profile/v1\""), std::string::npos);
 }
 
+// Every model field survives the file (GQA, head width, cross-attention, MoE), and a file
+// written before those fields existed reads them as 0: the model it described.
+TEST(profile_json, saves_every_model_field) {
+  for (const auto& model : {dcp::models::llama3_70b(), dcp::models::qwen3_30b_a3b(), dcp::models::wan2_1_14b()}) {
+    auto t = synthetic_table();
+    t.model = model;
+    t.model.shared_experts = model.is_moe() ? 2 : 0;
+    const auto back = from_json(to_json(t));
+    EXPECT_EQ(back, t) << model;
+    EXPECT_NO_THROW(dcp::check_profile_matches(back, t.model, t.device, t.gpus)) << model;
+  }
+  auto t = synthetic_table();
+  t.model = dcp::models::qwen3_30b_a3b();
+  auto j = nlohmann::json::parse(to_json(t));
+  for (const char* f : {"kv_heads", "head_dim", "cross_attention_tokens", "experts", "experts_per_token",
+                        "expert_width", "shared_experts"}) {
+    ASSERT_TRUE(j["model"].contains(f)) << f;
+    j["model"].erase(f);
+  }
+  const auto old = from_json(j.dump());
+  auto dense = t.model;
+  dense.kv_heads = 0, dense.head_dim = 0, dense.experts = 0, dense.experts_per_token = 0, dense.expert_width = 0;
+  EXPECT_EQ(old.model, dense);
+  j["model"]["kv_heads"] = 5;  // does not divide 32 heads
+  expect_error([&] { from_json(j.dump()); }, dcp::errc::invalid_argument, "kv_heads");
+}
+
 TEST(profile_json, rejects_bad_documents) {
   const auto good = to_json(synthetic_table());
   expect_error([] { from_json("{ not json"); }, dcp::errc::parse_error, "not valid JSON");

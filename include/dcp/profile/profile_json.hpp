@@ -6,11 +6,17 @@
 /// { "format": "dcp.profile/v1", "device": "h200", "gpus": 8, "gpus_per_node": 8,
 ///   "memory_capacity_bytes": 1.269e11, "static_memory_bytes": 4.1e10, "profiled_blocks": 2,
 ///   "model": {"name": "cogvideox-5b", "blocks": 42, "hidden": 3072, "heads": 48, "mlp_width": 12288,
-///             "mlp_matrices": 2, "attention": "full", "text_tokens": 226},
+///             "mlp_matrices": 2, "attention": "full", "text_tokens": 226, "kv_heads": 0, "head_dim": 0,
+///             "cross_attention_tokens": 0, "experts": 0, "experts_per_token": 0, "expert_width": 0,
+///             "shared_experts": 0},
 ///   "stats": {"runs": 120, "seconds": 3.2, "exhaustive_runs": 2000, "exhaustive_seconds": 410},
 ///   "entries": [ {"bucket": 0, "tokens": 1024, "shape": [1, 1024], "sp": 1, "batch": 4,
 ///                 "checkpointed_blocks": 0, "time_s": 0.012, "memory_bytes": 4.2e10} ] }
 /// \endcode
+/// The model carries every `transformer_spec` field (DESIGN section 4.1); a file without the
+/// extension fields (written before them) reads them as 0, the dense full-head model it
+/// described. There are no layout fields: `profiled_cost`
+/// prices tp = ep = 1, Ulysses-only steps.
 /// A malformed or truncated document, an unknown format or a missing field is a `dcp::error`
 /// (parse_error), a NaN / negative entry one with invalid_argument; both name the source and
 /// the field.
@@ -46,7 +52,11 @@ inline void write_profile(std::ostream& out, const profile_table& t) {
   j["model"] = {{"name", t.model.name},         {"blocks", t.model.blocks},
                 {"hidden", t.model.hidden},     {"heads", t.model.heads},
                 {"mlp_width", t.model.mlp_width}, {"mlp_matrices", t.model.mlp_matrices},
-                {"attention", to_string(t.model.attention)}, {"text_tokens", t.model.text_tokens}};
+                {"attention", to_string(t.model.attention)}, {"text_tokens", t.model.text_tokens},
+                {"kv_heads", t.model.kv_heads},   {"head_dim", t.model.head_dim},
+                {"cross_attention_tokens", t.model.cross_attention_tokens},
+                {"experts", t.model.experts},     {"experts_per_token", t.model.experts_per_token},
+                {"expert_width", t.model.expert_width}, {"shared_experts", t.model.shared_experts}};
   j["stats"] = {{"runs", t.stats.runs},
                 {"seconds", t.stats.seconds},
                 {"exhaustive_runs", t.stats.exhaustive_runs},
@@ -113,6 +123,14 @@ inline profile_table read_profile(std::istream& in, std::string_view source = "p
     else if (att == "factorized_2d") t.model.attention = attention_kind::factorized_2d;
     else fail("model.attention = '" + att + "'; use full, causal or factorized_2d");
     t.model.text_tokens = optional_integer(m, "text_tokens", std::int64_t{0});
+    // The section 4.1 extensions; files written before them are dense full-head models (0).
+    t.model.kv_heads = optional_integer(m, "kv_heads", 0);
+    t.model.head_dim = optional_integer(m, "head_dim", std::int64_t{0});
+    t.model.cross_attention_tokens = optional_integer(m, "cross_attention_tokens", std::int64_t{0});
+    t.model.experts = optional_integer(m, "experts", 0);
+    t.model.experts_per_token = optional_integer(m, "experts_per_token", 0);
+    t.model.expert_width = optional_integer(m, "expert_width", std::int64_t{0});
+    t.model.shared_experts = optional_integer(m, "shared_experts", 0);
     if (j.contains("stats")) {
       const auto& s = j["stats"];
       t.stats = {optional_integer(s, "runs", std::int64_t{0}), s.value("seconds", 0.0),
