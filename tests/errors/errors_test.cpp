@@ -607,7 +607,7 @@ const std::vector<entry>& catalogue() {
          });
        }},
       {"plan-json-format", "parse_error",
-       "dcp.plan/v1 'plan.json': unknown format 'dcp.plan/v0'; expected \"dcp.plan/v1\"",
+       "dcp.plan 'plan.json': unknown format 'dcp.plan/v0'; expected \"dcp.plan/v2\" (or \"dcp.plan/v1\")",
        [] { return read_plan_text(plan_text("0", "[0, 1]", "dcp.plan/v0")); }},
       {"plan-json-round-negative", "parse_error", "field 'batch 0 step 0 round' = -1 is not an integer in [0, ",
        [] { return read_plan_text(plan_text("-1", "[0, 1]")); }},

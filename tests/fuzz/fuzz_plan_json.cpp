@@ -1,4 +1,4 @@
-// Fuzz target: the dcp.plan/v1 reader. Any input is either a plan document whose plans write
+// Fuzz target: the plan JSON reader (dcp.plan/v2 and v1). Any input is either a plan document whose plans write
 // back and read again unchanged, or a dcp::error; never a crash.
 
 #include <cstdint>
@@ -22,10 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   // Write the plans back with the document's header and read them again.
-  nlohmann::ordered_json again = {{"format", "dcp.plan/v1"},
+  nlohmann::ordered_json again = {{"format", dcp::sim::plan_format},
                                   {"method", doc.method},
                                   {"gpus", doc.gpus},
                                   {"gpus_per_node", doc.gpus_per_node},
+                                  {"tp", doc.tp},
                                   {"memory_capacity_bytes", doc.memory_capacity_bytes},
                                   {"model", {{"name", doc.model}}},
                                   {"device", {{"name", doc.device}}}};

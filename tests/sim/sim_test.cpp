@@ -161,9 +161,10 @@ TEST(PlanJson, HasExactlyTheDesignFieldsAndEverySequenceOnce) {
   dcp::sim::write_plan_json(os, run.cost, std::span<const dcp::plan>(r.plans));
   const json doc = json::parse(os.str());
 
-  EXPECT_EQ(keys(doc), (std::set<std::string>{"format", "method", "gpus", "gpus_per_node", "memory_capacity_bytes",
+  EXPECT_EQ(keys(doc), (std::set<std::string>{"format", "method", "gpus", "gpus_per_node", "tp", "memory_capacity_bytes",
                                               "model", "device", "batches"}));
-  EXPECT_EQ(doc["format"], "dcp.plan/v1");
+  EXPECT_EQ(doc["format"], "dcp.plan/v2");
+  EXPECT_EQ(doc["tp"], 1);
   EXPECT_EQ(doc["method"], "bucket");
   EXPECT_EQ(doc["gpus"], 8);
   EXPECT_EQ(doc["gpus_per_node"], 8);
@@ -215,6 +216,83 @@ TEST(PlanJson, ListsSkippedSequencesOnlyWhenThereAreSome) {
   EXPECT_EQ(doc["batches"][1]["skipped"][0]["id"], 9);
   EXPECT_THROW(dcp::sim::write_plan_json("/nonexistent-dir/plan.json", cost, std::span<const dcp::plan>(plans)),
                dcp::error);
+}
+
+// A tensor-parallel plan (llama3-70b, tp 8, 128 GPUs = 16 units, rings of 2) records tp in the
+// plan, its JSON, trace and SVG, and its Ulysses x Ring steps' u x r; it reads back equal; a
+// dcp.plan/v1 file (no "tp") reads as tp = 1; a v2 file needs a power-of-two tp.
+TEST(PlanJson, RecordsTpAndUlyssesTimesRingAndReadsV1) {
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), 128,
+                                            {.tp = 8, .sharding = dcp::sharding_kind::zero3, .ring = 2});
+  const std::vector<dcp::sequence> batch = {dcp::make_sequence(1, 600000), dcp::make_sequence(2, 9000),
+                                            dcp::make_sequence(3, 2000)};
+  const auto p = dcp::dcp_planner{}.plan(cost, std::span<const dcp::sequence>(batch));
+  ASSERT_EQ(p.tp, 8);
+  ASSERT_EQ(p.gpus, 16);
+  EXPECT_TRUE(dcp::plan_violations(p, batch, cost).empty());
+  const auto ring_step = std::find_if(p.steps.begin(), p.steps.end(), [](const auto& s) { return s.ring > 1; });
+  ASSERT_NE(ring_step, p.steps.end()) << "600k tokens need more than 8 units (8 heads per TP rank)";
+  auto tp1 = p;
+  tp1.tp = 1;
+  EXPECT_NE(tp1.hash(), p.hash()) << "tp is part of what executes";
+
+  std::stringstream ss;
+  dcp::sim::write_plan_json(ss, cost, std::span<const dcp::plan>(&p, 1));
+  const json j = json::parse(ss.str());
+  EXPECT_EQ(j["format"], "dcp.plan/v2");
+  EXPECT_EQ(j["tp"], 8);
+  EXPECT_EQ(j["gpus"], 16);
+  EXPECT_EQ(j["model"]["kv_heads"], 8);
+  const json& js = j["batches"][0]["steps"][static_cast<std::size_t>(ring_step - p.steps.begin())];
+  EXPECT_EQ(js["ring"].get<int>() * (js["sp"].get<int>() / js["ring"].get<int>()), ring_step->sp());
+  std::istringstream in(ss.str());
+  const auto doc = dcp::sim::read_plan_json(in, "tp");
+  EXPECT_EQ(doc.tp, 8);
+  ASSERT_EQ(doc.plans.size(), 1u);
+  EXPECT_EQ(doc.plans[0].tp, 8);
+  EXPECT_EQ(doc.plans[0].steps, p.steps);
+  EXPECT_EQ(doc.plans[0].hash(), p.hash());
+
+  json v1 = j;
+  v1["format"] = "dcp.plan/v1";
+  v1.erase("tp");
+  std::istringstream in1(v1.dump());
+  const auto old = dcp::sim::read_plan_json(in1, "v1");
+  EXPECT_EQ(old.tp, 1);
+  EXPECT_EQ(old.plans[0].tp, 1);
+  EXPECT_EQ(old.plans[0].steps, p.steps);
+  for (const json bad : {json(nullptr), json(3), json(0)}) {
+    json v2 = j;
+    if (bad.is_null()) v2.erase("tp");
+    else v2["tp"] = bad;
+    std::istringstream in2(v2.dump());
+    EXPECT_DCP_ERROR(dcp::sim::read_plan_json(in2, "v2"), dcp::errc::parse_error, "tp");
+  }
+
+  const std::vector<dcp::sim::timeline> runs{{"dcp", std::span<const dcp::plan>(&p, 1)}};
+  std::ostringstream trace;
+  dcp::sim::write_trace(trace, runs);
+  const json t = json::parse(trace.str());
+  std::set<std::string> tracks;
+  bool ring_event = false;
+  for (const json& e : t["traceEvents"]) {
+    if (e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "X") {
+      EXPECT_EQ(e["args"]["tp"], 8);
+      if (e["args"].contains("ring")) {
+        ring_event = true;
+        EXPECT_EQ(e["args"]["ulysses"].get<int>() * e["args"]["ring"].get<int>(), e["args"]["sp"].get<int>());
+      }
+    }
+  }
+  EXPECT_EQ(tracks.size(), 16u);
+  EXPECT_TRUE(tracks.contains("TP group 15 (GPUs 120-127)"));
+  EXPECT_TRUE(ring_event);
+  std::ostringstream svg;
+  dcp::sim::write_svg(svg, runs);
+  EXPECT_NE(svg.str().find(" of tp 8 (GPUs ["), std::string::npos);
+  EXPECT_NE(svg.str().find(" x ring " + std::to_string(ring_step->ring) + ")"), std::string::npos);
+  EXPECT_NE(svg.str().find(">TP 15<"), std::string::npos);
 }
 
 TEST(Trace, HasOneTrackPerGpuAndOneEventPerStepAndGpu) {

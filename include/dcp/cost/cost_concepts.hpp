@@ -119,6 +119,33 @@ constexpr int step_ring_of(const C& c, int sp) noexcept {
   return max_ring_of(c) > 1 ? ring_of(c, sp) : 1;
 }
 
+/// GPUs per planner unit (the tensor-parallel size, DESIGN section 4.2): the model's `tp` (a
+/// wrapper's `base()` or `trained` model's), else 1.
+template <class C>
+constexpr int tp_of(const C& c) noexcept {
+  if constexpr (requires { { c.tp } -> std::convertible_to<int>; })
+    return c.tp;
+  else if constexpr (requires { c.base(); })
+    return tp_of(c.base());
+  else if constexpr (requires { c.trained; })
+    return tp_of(c.trained);
+  else
+    return 1;
+}
+
+/// The expert-parallel size (DESIGN section 4.2), found as `tp_of` finds tp; 1 without one.
+template <class C>
+constexpr int ep_of(const C& c) noexcept {
+  if constexpr (requires { { c.ep } -> std::convertible_to<int>; })
+    return c.ep;
+  else if constexpr (requires { c.base(); })
+    return ep_of(c.base());
+  else if constexpr (requires { c.trained; })
+    return ep_of(c.trained);
+  else
+    return 1;
+}
+
 /// True when `sp` is a legal sequence-parallel size for `c`: a power of two, at most N, whose
 /// Ulysses part divides the head count (Ulysses shards heads) with a ring of at most
 /// `max_ring_of(c)` (1 without rings: sp divides the heads).

@@ -82,8 +82,9 @@ struct skipped_sequence {
 /// The plan of one global batch.
 struct plan {
   std::string method;  ///< planner that made it ("dcp", "bucket", ...)
-  int gpus = 0;
-  int gpus_per_node = 0;
+  int gpus = 0;           ///< planner units (TP groups): the job's GPUs / tp
+  int gpus_per_node = 0;  ///< units per node
+  int tp = 1;             ///< GPUs per unit (tensor-parallel size); unit u is GPUs [u tp, (u + 1) tp)
   double memory_capacity_bytes = 0;
   std::vector<plan_step> steps;  ///< ordered by (start_s, first rank)
   double makespan_s = 0;         ///< end of the last step
@@ -129,6 +130,7 @@ struct plan {
     auto mix_double = [&mix](double d) { mix(std::bit_cast<std::uint64_t>(d)); };
     for (char c : method) mix(static_cast<unsigned char>(c));
     mix(static_cast<std::uint64_t>(gpus));
+    if (tp != 1) mix(0x7470ull ^ static_cast<std::uint64_t>(tp));  // tp = 1 plans hash as before
     mix(static_cast<std::uint64_t>(steps.size()));
     for (const auto& s : steps) {
       mix(static_cast<std::uint64_t>(s.ranks.first));

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// Plan JSON, `dcp.plan/v1`, exactly DESIGN section 6:
+/// Plan JSON, `dcp.plan/v2`, exactly DESIGN section 6:
 /// ```
-/// { "format": "dcp.plan/v1", "method": "dcp", "gpus": 32, "gpus_per_node": 8,
+/// { "format": "dcp.plan/v2", "method": "dcp", "gpus": 32, "gpus_per_node": 8, "tp": 1,
 ///   "memory_capacity_bytes": 1.269e11, "model": {"name": "cogvideox-5b", ...preset fields...},
 ///   "device": {"name": "h200", ...cost constants...},
 ///   "batches": [ { "index": 0, "makespan_s": 1.9, "lower_bound_s": 1.8, "joint_lower_bound_s": 1.85,
@@ -15,9 +15,12 @@
 /// that skipped sequences (`infeasible_policy::skip`) also lists them under "skipped" as
 /// {"id", "tokens", "reason"}; the key is absent otherwise. Every step carries its barrier
 /// "round" (`plan_step::round`), and a plan made for per-GPU speed factors lists them under the
-/// batch's "speeds".
+/// batch's "speeds". "tp" is the GPUs of one planner unit (a TP group, DESIGN section 4.2):
+/// "gpus", "gpus_per_node" and every step's "ranks" and "sp" count units, unit u being GPUs
+/// [u tp, (u + 1) tp). A Ulysses x Ring step carries "ring" (absent: 1), so sp = (sp / ring) x ring.
 ///
-/// `read_plan_json` reads such a document back. Files written before rounds existed have no
+/// `read_plan_json` reads such a document back, and `dcp.plan/v1` files too: v1 had no "tp" (its
+/// plans are tp = 1, units are GPUs); v2 requires it. Files written before rounds existed have no
 /// "round" key: their steps all read as round 0 (no barriers, gang starts only), which is exact
 /// for dcp and dynamic_cp plans; lockstep plans (bucket, packed, dcp-no-inter) must be written
 /// again to carry their barriers.
@@ -55,6 +58,22 @@ inline nlohmann::ordered_json to_json(const transformer_spec& m) {
           {"mlp_matrices", m.mlp_matrices},
           {"attention", to_string(m.attention)},
           {"text_tokens", m.text_tokens}};
+}
+
+/// The preset fields plus the DESIGN section 4.1 extensions a model sets (0: absent).
+inline nlohmann::ordered_json to_json_with_extensions(const transformer_spec& m) {
+  nlohmann::ordered_json j = to_json(m);
+  auto put = [&](const char* key, std::int64_t v) {
+    if (v != 0) j[key] = v;
+  };
+  put("kv_heads", m.kv_heads);
+  put("head_dim", m.head_dim);
+  put("cross_attention_tokens", m.cross_attention_tokens);
+  put("experts", m.experts);
+  put("experts_per_token", m.experts_per_token);
+  put("expert_width", m.expert_width);
+  put("shared_experts", m.shared_experts);
+  return j;
 }
 
 /// The cost constants of a device.
@@ -101,18 +120,22 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
   return b;
 }
 
-/// The `dcp.plan/v1` document of `plans` (the batches of one method, in order) made on `cost`.
+/// The plan format this version writes; `read_plan_json` also reads `dcp.plan/v1`.
+inline constexpr std::string_view plan_format = "dcp.plan/v2";
+
+/// The `dcp.plan/v2` document of `plans` (the batches of one method, in order) made on `cost`.
 /// Model and device come from the cost model's `model` and `device` members when it has them.
 template <cost_model C>
 nlohmann::ordered_json plan_json(const C& cost, std::span<const plan> plans) {
   nlohmann::ordered_json doc;
-  doc["format"] = "dcp.plan/v1";
+  doc["format"] = plan_format;
   doc["method"] = plans.empty() ? std::string() : plans.front().method;
   doc["gpus"] = cost.gpus();
   doc["gpus_per_node"] = cost.gpus_per_node();
+  doc["tp"] = tp_of(cost);
   doc["memory_capacity_bytes"] = cost.capacity();
-  if constexpr (requires { to_json(cost.model); })
-    doc["model"] = to_json(cost.model);
+  if constexpr (requires { to_json_with_extensions(cost.model); })
+    doc["model"] = to_json_with_extensions(cost.model);
   else
     doc["model"] = {{"name", "custom"}, {"blocks", cost.blocks()}, {"heads", cost.heads()}};
   if constexpr (requires { to_json(cost.device); })
@@ -143,8 +166,9 @@ void write_plan_json(const std::filesystem::path& path, const C& cost, std::span
 /// A plan JSON document read back: the job it was made for and its plans, one per batch.
 struct plan_document {
   std::string method;
-  int gpus = 0;
-  int gpus_per_node = 0;
+  int gpus = 0;           ///< planner units
+  int gpus_per_node = 0;  ///< units per node
+  int tp = 1;             ///< GPUs per unit (1 for a `dcp.plan/v1` file)
   double memory_capacity_bytes = 0;
   std::string model;   ///< the model's name
   std::string device;  ///< the device's name
@@ -152,13 +176,14 @@ struct plan_document {
   friend bool operator==(const plan_document&, const plan_document&) = default;
 };
 
-/// Reads a `dcp.plan/v1` document; `source` names it in errors. Throws
+/// Reads a `dcp.plan/v2` or `dcp.plan/v1` document; `source` names it in errors. Throws
 /// `dcp::error(errc::parse_error)` naming the field for malformed JSON, a wrong format, a missing
 /// or mistyped field, or a step whose ranks are not `sp` consecutive GPUs inside the job.
 inline plan_document read_plan_json(std::istream& in, std::string_view source = "plan") {
   const std::string src(source);
+  std::string format = "dcp.plan";  // the version once known
   auto fail = [&](const std::string& what) -> void {
-    throw error(errc::parse_error, "dcp.plan/v1 '" + src + "': " + what);
+    throw error(errc::parse_error, format + " '" + src + "': " + what);
   };
   nlohmann::json j;
   try {
@@ -193,12 +218,17 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
   constexpr std::int64_t int_max = std::numeric_limits<int>::max(), i64_max = std::numeric_limits<std::int64_t>::max();
   plan_document doc;
   try {
-    if (!j.is_object() || j.value("format", std::string()) != "dcp.plan/v1")
-      fail("unknown format '" + (j.is_object() ? j.value("format", std::string()) : std::string()) +
-           "'; expected \"dcp.plan/v1\"");
+    const std::string f = j.is_object() && j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
+    if (f != plan_format && f != "dcp.plan/v1")
+      fail("unknown format '" + f + "'; expected \"" + std::string(plan_format) + "\" (or \"dcp.plan/v1\")");
+    format = f;
     doc.method = at(j, "method", "the document").get<std::string>();
     doc.gpus = static_cast<int>(integer(at(j, "gpus", "the document"), "gpus", 1, int_max));
     doc.gpus_per_node = static_cast<int>(integer(at(j, "gpus_per_node", "the document"), "gpus_per_node", 1, int_max));
+    if (format != "dcp.plan/v1") {
+      doc.tp = static_cast<int>(integer(at(j, "tp", "the document"), "tp", 1, int_max));
+      if ((doc.tp & (doc.tp - 1)) != 0) fail("\"tp\" = " + std::to_string(doc.tp) + " must be a power of two");
+    }
     doc.memory_capacity_bytes = number(at(j, "memory_capacity_bytes", "the document"), "memory_capacity_bytes");
     doc.model = at(at(j, "model", "the document"), "name", "\"model\"").get<std::string>();
     doc.device = at(at(j, "device", "the document"), "name", "\"device\"").get<std::string>();
@@ -208,7 +238,7 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
       const std::string wb = "batch " + std::to_string(b);
       const auto& jb = batches[b];
       plan p;
-      p.method = doc.method, p.gpus = doc.gpus, p.gpus_per_node = doc.gpus_per_node;
+      p.method = doc.method, p.gpus = doc.gpus, p.gpus_per_node = doc.gpus_per_node, p.tp = doc.tp;
       p.memory_capacity_bytes = doc.memory_capacity_bytes;
       p.makespan_s = number(at(jb, "makespan_s", wb), wb + " makespan_s");
       p.lower_bound_s = number(at(jb, "lower_bound_s", wb), wb + " lower_bound_s");

@@ -3,7 +3,8 @@
 /// SVG timeline of plans (DESIGN section 7): one panel per method, stacked, on one shared time
 /// axis so that methods compare at a glance; in each panel one lane per GPU (grey = idle) and
 /// one box per micro-step spanning the lanes of its rank block, coloured by sp, with a tooltip
-/// (sp, sequences, tokens, checkpointed blocks, memory, start, time, round). Batches run end to
+/// (sp, u x r, tp, sequences, tokens, checkpointed blocks, memory, start, time, round); with tp > 1
+/// a lane is a unit (TP group, labelled "TP u") and the tooltip names its GPUs. Batches run end to
 /// end, separated by a dashed line; a dotted red line marks where a barrier round starts.
 
 #include <algorithm>
@@ -67,12 +68,12 @@ inline const char* sp_colour(int sp) noexcept {
 /// Writes the SVG timeline of `runs` to `os`.
 inline void write_svg(std::ostream& os, std::span<const timeline> runs, const svg_options& opt = {}) {
   using detail::num;
-  int gpus = 1, widest = 1;
+  int gpus = 1, widest = 1, tp = 1;
   double longest = 0;
   for (const auto& run : runs) {
     double total = 0;
     for (const auto& p : run.plans) {
-      gpus = std::max(gpus, p.gpus), total += p.makespan_s;
+      gpus = std::max(gpus, p.gpus), tp = std::max(tp, p.tp), total += p.makespan_s;
       for (const auto& s : p.steps) widest = std::max(widest, s.sp());
     }
     longest = std::max(longest, total);
@@ -116,8 +117,8 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
          << num(plot) << "\" height=\"" << num(lane) << "\" fill=\"" << (r % 2 ? "#e4e4e4" : "#ececec") << "\"/>\n";
       if (r % label_every == 0)
         os << "<text x=\"" << num(left - 4) << "\" y=\"" << num(y + std::min(lane, 11.0) - 1)
-           << "\" text-anchor=\"end\" font-size=\"" << num(std::min(10.0, std::max(lane, 8.0))) << "\">GPU " << r
-           << "</text>\n";
+           << "\" text-anchor=\"end\" font-size=\"" << num(std::min(10.0, std::max(lane, 8.0))) << "\">"
+           << (tp == 1 ? "GPU " : "TP ") << r << "</text>\n";
     }
     double offset = 0;
     for (std::size_t b = 0; b < runs[m].plans.size(); ++b) {
@@ -133,6 +134,7 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
            << detail::sp_colour(s.sp()) << "\" stroke=\"#333\" stroke-width=\"" << (lane >= 4 ? "0.4" : "0")
            << "\"><title>batch " << b << ", ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp();
         if (s.ring != 1) os << " (ulysses " << s.ulysses() << " x ring " << s.ring << ")";
+        if (p.tp != 1) os << " of tp " << p.tp << " (GPUs [" << s.ranks.first * p.tp << ", " << s.ranks.end() * p.tp << "))";
         os << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
            << " checkpointed blocks, " << num(s.memory_bytes / 1e9) << " GB, start " << num(s.start_s) << " s, time "
            << num(s.time_s) << " s, round " << s.round << "</title></rect>\n";

@@ -3,7 +3,9 @@
 /// Chrome / Perfetto trace of plans (DESIGN section 7): the `traceEvents` JSON that
 /// chrome://tracing and ui.perfetto.dev open. One process per method, one track (thread) per
 /// GPU, one complete event per (step, GPU) on the cost model's clock, in microseconds; the
-/// batches of a method run end to end, each marked by an instant event.
+/// batches of a method run end to end, each marked by an instant event. A plan with tp > 1 names
+/// units (TP groups, DESIGN section 4.2): its tracks are units, named by their GPUs, and every
+/// step's args carry "tp".
 
 #include <algorithm>
 #include <cstdint>
@@ -38,12 +40,15 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
   };
   for (std::size_t m = 0; m < runs.size(); ++m) {
     const int pid = static_cast<int>(m) + 1;
-    int gpus = 0;
-    for (const auto& p : runs[m].plans) gpus = std::max(gpus, p.gpus);
+    int gpus = 0, tp = 1;
+    for (const auto& p : runs[m].plans) gpus = std::max(gpus, p.gpus), tp = std::max(tp, p.tp);
     emit({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", std::string(runs[m].method)}}}});
     emit({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
     for (int r = 0; r < gpus; ++r) {
-      emit({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"name", "GPU " + std::to_string(r)}}}});
+      const std::string track = tp == 1 ? "GPU " + std::to_string(r)
+                                        : "TP group " + std::to_string(r) + " (GPUs " + std::to_string(r * tp) + "-" +
+                                              std::to_string((r + 1) * tp - 1) + ")";
+      emit({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"name", track}}}});
       emit({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"sort_index", r}}}});
     }
     double offset_us = 0;
@@ -78,6 +83,7 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
           args["ulysses"] = s.ulysses();
           args["ring"] = s.ring;
         }
+        if (p.tp != 1) args["tp"] = p.tp;
         for (int r = s.ranks.first; r < s.ranks.end(); ++r)
           emit({{"name", name},
                 {"cat", "step"},
