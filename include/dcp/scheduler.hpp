@@ -202,11 +202,32 @@ class scheduler {
 
   /// Plans a global batch. Pure: no communication, same result on every rank. With calibration
   /// on it is collective instead: every rank's observations of the previous plan are exchanged
-  /// in one all-reduce, the model, GPU speeds and memory margin refitted (identically on every
-  /// rank), and the batch planned with them.
+  /// in one all-reduce over the world communicator, the model, GPU speeds and memory margin
+  /// refitted (identically on every rank), and the batch planned with them. A world that moves
+  /// device memory (NCCL) cannot carry that exchange: calibrate with `plan(batch, host)`.
   dcp::plan plan(std::span<const sequence> batch) const {
     if (!calib_) return policies_.planner.plan(cost_, batch, policies_.recompute);
-    if (last_) exchange_observations();
+    if constexpr (bool(Comm::host_memory)) {
+      return plan(batch, *world_);
+    } else {
+      throw error(errc::unsupported,
+                  "scheduler::plan(batch): calibration exchanges observations in host memory and the world "
+                  "communicator moves device memory; call plan(batch, host) with a host-memory communicator of "
+                  "the same ranks (e.g. the MPI communicator the NCCL world was bootstrapped from)");
+    }
+  }
+  /// As above, with the calibration exchange over `host`, a host-memory communicator of the same
+  /// processes as the world (any rank order; e.g. the MPI communicator an NCCL world was
+  /// bootstrapped from), as `verify(plan, host)`. Every rank must plan with the same form and
+  /// the same `host`. A host of another size is a `dcp::error` (invalid_argument) naming both.
+  template <host_communicator Host>
+  dcp::plan plan(std::span<const sequence> batch, Host& host) const {
+    check(host.size() == world_->size(), errc::invalid_argument, [&] {
+      return "plan: the host communicator has " + std::to_string(host.size()) + " ranks, the world " +
+             std::to_string(world_->size()) + "; pass the host communicator of the same job";
+    });
+    if (!calib_) return policies_.planner.plan(cost_, batch, policies_.recompute);
+    if (last_) exchange_observations(host);
     auto planner = policies_.planner;
     if constexpr (requires { planner.speeds = calib_->speeds(); }) planner.speeds = calib_->speeds();
     dcp::plan p = planner.plan(calib_->model(), batch, policies_.recompute);
@@ -343,20 +364,15 @@ class scheduler {
   }
   void start_calibration() {
     options_.calibration.validate();
-    if constexpr (!bool(Comm::host_memory)) {
-      throw error(errc::unsupported, "scheduler: calibration exchanges observations over the world communicator, "
-                                     "which moves device memory here; calibrate with a host-memory communicator");
-    } else {
-      fitted_cost prior;
-      if constexpr (std::is_same_v<cost_type, fitted_cost>) prior = cost_;
-      else if constexpr (requires { transformer_spec(model_); })
-        prior = make_fitted_cost(make_analytic_cost(transformer_spec(model_), job_device(), world_->size()));
-      check(prior.gpus() == world_->size(), errc::mismatch, [&] {
-        return "calibration: the prior model is for " + std::to_string(prior.gpus()) + " GPUs, the world has " +
-               std::to_string(world_->size()) + "; build it for this job";
-      });
-      calib_.emplace(std::move(prior), options_.calibration);
-    }
+    fitted_cost prior;
+    if constexpr (std::is_same_v<cost_type, fitted_cost>) prior = cost_;
+    else if constexpr (requires { transformer_spec(model_); })
+      prior = make_fitted_cost(make_analytic_cost(transformer_spec(model_), job_device(), world_->size()));
+    check(prior.gpus() == world_->size(), errc::mismatch, [&] {
+      return "calibration: the prior model is for " + std::to_string(prior.gpus()) + " GPUs, the world has " +
+             std::to_string(world_->size()) + "; build it for this job";
+    });
+    calib_.emplace(std::move(prior), options_.calibration);
   }
 
   void observe(std::size_t index, double seconds, double peak_bytes, const micro_step<Comm>* step) {
@@ -383,28 +399,28 @@ class scheduler {
     slot[0] = 1, slot[1] = seconds, slot[2] = peak_bytes;
   }
 
-  // One all-reduce of the (step, member) slots of the last plan: each rank fills only its own,
-  // so the sum is every rank's reports, in plan order on every rank, whatever order they came in.
-  void exchange_observations() const {
-    if constexpr (bool(Comm::host_memory)) {
-      world_->all_reduce(std::span<double>(observed_), reduce_op::sum);
-      for (std::size_t i = 0; i < last_->steps.size(); ++i) {
-        const auto& s = last_->steps[i];
-        executed_step e{{}, s.ranks, s.checkpointed_blocks, {}, {}};
-        bool any = false;
-        for (int m = 0; m < s.sp(); ++m) {
-          const double* slot = &observed_[3 * (slot_of_[i] + std::size_t(m))];
-          any = any || slot[0] != 0;
-          e.seconds.push_back(slot[0] != 0 ? slot[1] : -1.0);
-          e.peak_bytes.push_back(slot[0] != 0 ? slot[2] : -1.0);
-        }
-        if (!any) continue;  // nobody ran or measured it
-        for (const auto& q : s.sequences) e.load = e.load + calib_->model().load_of({q.id, q.frames, q.spatial});
-        calib_->add(std::move(e));
+  // One all-reduce over `host` of the (step, member) slots of the last plan: each rank fills
+  // only its own (by world rank), so the sum is every rank's reports, in plan order on every
+  // rank, whatever order they came in and however `host` orders the ranks (x + 0 is exact).
+  template <class Host>
+  void exchange_observations(Host& host) const {
+    host.all_reduce(std::span<double>(observed_), reduce_op::sum);
+    for (std::size_t i = 0; i < last_->steps.size(); ++i) {
+      const auto& s = last_->steps[i];
+      executed_step e{{}, s.ranks, s.checkpointed_blocks, {}, {}};
+      bool any = false;
+      for (int m = 0; m < s.sp(); ++m) {
+        const double* slot = &observed_[3 * (slot_of_[i] + std::size_t(m))];
+        any = any || slot[0] != 0;
+        e.seconds.push_back(slot[0] != 0 ? slot[1] : -1.0);
+        e.peak_bytes.push_back(slot[0] != 0 ? slot[2] : -1.0);
       }
-      calib_->refit();
-      last_.reset();
+      if (!any) continue;  // nobody ran or measured it
+      for (const auto& q : s.sequences) e.load = e.load + calib_->model().load_of({q.id, q.frames, q.spatial});
+      calib_->add(std::move(e));
     }
+    calib_->refit();
+    last_.reset();
   }
 
   groups_type make_groups() const {

@@ -91,15 +91,17 @@ inline dcp::dataset random_batch(rng& g, int count, std::int64_t first_id, doubl
 
 /// Plans `batches` global batches with calibration on, runs each on `truth` (rank `slow` at
 /// speed 0.75, the gang at its slowest member), and observes this rank's steps in an order
-/// shuffled per rank; `silent` (if >= 0) never observes. Returns each batch's plan hash
-/// (verified across ranks) and the calibrator as it ended. Every rank must pass the same batches.
+/// shuffled per rank; `silent` (if >= 0) never observes. With `host`, observations are exchanged
+/// and plans verified over it (`plan(batch, host)`, as an NCCL world needs) instead of `world`.
+/// Returns each batch's plan hash (verified across ranks) and the calibrator as it ended. Every
+/// rank must pass the same batches.
 struct loop_result {
   std::vector<std::uint64_t> hashes;
   std::optional<dcp::calibrator> state;
 };
-template <class Comm>
+template <class Comm, class Host = Comm>
 loop_result calibrated_loop(Comm& world, const std::vector<dcp::dataset>& batches, const dcp::fitted_cost& truth,
-                            int slow, int silent) {
+                            int slow, int silent, Host* host = nullptr) {
   dcp::scheduler_options o;
   o.calibration.enabled = true;
   using sched_t = dcp::scheduler<dcp::transformer_spec, Comm>;
@@ -107,8 +109,9 @@ loop_result calibrated_loop(Comm& world, const std::vector<dcp::dataset>& batche
   rng order(1000 + std::uint64_t(world.rank()));
   loop_result out;
   for (const auto& batch : batches) {
-    const dcp::plan p = sched->plan(batch);
-    sched->verify(p);  // throws on every rank when plans diverge
+    const dcp::plan p = host ? sched->plan(batch, *host) : sched->plan(batch);
+    if (host) sched->verify(p, *host);
+    else sched->verify(p);  // throws on every rank when plans diverge
     out.hashes.push_back(p.hash());
     auto steps = sched->steps_for(p);
     std::shuffle(steps.begin(), steps.end(), order);
@@ -122,7 +125,7 @@ loop_result calibrated_loop(Comm& world, const std::vector<dcp::dataset>& batche
     }
   }
   // The calibrator refits at the next plan: make one more so the last batch counts.
-  (void)sched->plan(batches.front());
+  (void)(host ? sched->plan(batches.front(), *host) : sched->plan(batches.front()));
   out.state = *sched->calibration();
   return out;
 }

@@ -32,6 +32,28 @@ TEST(mpi_calibration, every_rank_plans_the_same_plans_from_shuffled_observations
   }
 }
 
+// The exchange over a host communicator (`plan(batch, host)`, the form an NCCL world needs):
+// the world is MPI_COMM_WORLD's ranks in reverse order and the host MPI_COMM_WORLD itself; the
+// plans equal those of the exchange over the world, on every rank.
+TEST(mpi_calibration, exchange_over_the_host_communicator_plans_as_over_the_world) {
+  auto host = dcp::mpi_comm::world(std::chrono::seconds(60));
+  const int n = host.size();
+  auto world = host.split(0, n - 1 - host.rank());
+  calib_test::rng g(42);
+  const auto truth = calib_test::scaled_truth(calib_test::prior(n), g);
+  std::vector<dcp::dataset> work;
+  for (int b = 0; b < 3; ++b) work.push_back(calib_test::random_batch(g, 24, 1000 * b));
+  const auto a = calib_test::calibrated_loop(world, work, truth, /*slow=*/0, /*silent=*/-1, &host);
+  const auto b = calib_test::calibrated_loop(world, work, truth, /*slow=*/0, /*silent=*/-1);
+  EXPECT_EQ(a.hashes, b.hashes);
+  EXPECT_EQ(a.state->model(), b.state->model());
+  std::vector<std::uint64_t> all(a.hashes.size() * std::size_t(n));
+  host.all_gather(std::span<const std::uint64_t>(a.hashes), std::span<std::uint64_t>(all));
+  for (int k = 1; k < n; ++k)
+    for (std::size_t i = 0; i < a.hashes.size(); ++i) EXPECT_EQ(all[std::size_t(k) * a.hashes.size() + i], all[i]) << "rank " << k;
+  EXPECT_GT(a.state->report().time_points, 0u);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -4,6 +4,7 @@
 // rejects bad steps.
 #include "calibration_test_support.hpp"
 
+#include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,6 +76,62 @@ TEST_P(calibrated_ranks, plans_agree_on_every_rank_and_learn_the_truth) {
         EXPECT_GT(c.speeds()[std::size_t(r)], 0.9) << "rank " << r;
       }
   }
+}
+
+// plan(batch, host): the exchange runs over a host communicator of the same ranks (here in
+// reverse order, as a world bootstrapped differently would be), which is what an NCCL world
+// uses. Plans agree and the model learns as over the world; once the world is aborted, the
+// host form still plans (it never touches the world) while the world form fails.
+TEST(scheduler_calibration, host_communicator_exchange_plans_identically_without_the_world) {
+  constexpr int n = 4;
+  rng g(36);
+  const auto truth = calib_test::scaled_truth(calib_test::prior(n), g);
+  const auto work = batches(3, 37);
+  std::vector<calib_test::loop_result> over_host(n), over_world(n);
+  std::vector<std::vector<std::uint64_t>> after_abort(n);
+  dcp::local_world::run(
+      n,
+      [&](dcp::local_comm& boot) {
+        const int r = boot.rank();
+        auto host = boot.split(0, n - 1 - r);  // host rank n-1-r is world rank r
+        ASSERT_EQ(host.rank(), n - 1 - r);
+        over_host[std::size_t(r)] = calib_test::calibrated_loop(boot, work, truth, 2, 1, &host);
+        over_world[std::size_t(r)] = calib_test::calibrated_loop(boot, work, truth, 2, 1);
+
+        auto world = boot.split(0, r);
+        dcp::scheduler_options o;
+        o.calibration.enabled = true;
+        dcp::scheduler<dcp::transformer_spec, dcp::local_comm> sched(dcp::models::cogvideox_5b(), world, o);
+        const auto p = sched.plan(work[0], host);
+        for (const auto& s : sched.steps_for(p)) sched.observe(s, s.time_s * 1.3, 1e10);
+        world.barrier();
+        world.abort();  // from here on, any use of the world throws errc::aborted
+        const auto q = sched.plan(work[1], host);
+        sched.verify(q, host);
+        after_abort[std::size_t(r)] = {p.hash(), q.hash(), sched.calibration()->report().time_points};
+        EXPECT_DCP_ERROR(sched.plan(work[2]), dcp::errc::aborted);
+      },
+      world_options);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(over_host[std::size_t(r)].hashes, over_world[0].hashes) << "rank " << r;
+    EXPECT_EQ(over_host[std::size_t(r)].state->model(), over_world[0].state->model()) << "rank " << r;
+    EXPECT_EQ(after_abort[std::size_t(r)], after_abort[0]) << "rank " << r;
+  }
+  EXPECT_GT(after_abort[0][2], 0u) << "no observation reached the refit";
+}
+
+TEST(scheduler_calibration, host_communicator_of_another_size_is_an_error_naming_both) {
+  dcp::local_world::run(
+      4,
+      [&](dcp::local_comm& world) {
+        auto half = world.split(world.rank() % 2, world.rank());
+        dcp::scheduler_options o;
+        o.calibration.enabled = true;
+        dcp::scheduler<dcp::transformer_spec, dcp::local_comm> sched(dcp::models::cogvideox_5b(), world, o);
+        EXPECT_DCP_ERROR(sched.plan(batches(1, 38)[0], half), dcp::errc::invalid_argument,
+                         "host communicator has 2 ranks, the world 4");
+      },
+      world_options);
 }
 
 TEST(scheduler_calibration, bad_observations_are_clear_errors_and_plans_stay_identical) {

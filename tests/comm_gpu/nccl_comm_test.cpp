@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <dcp/comm/local.hpp>
+#include <dcp/model/transformer.hpp>
 #include <dcp/nccl.hpp>
+#include <dcp/scheduler.hpp>
 
 #include "../comm/communicator_conformance.hpp"
 
@@ -205,6 +208,37 @@ TEST(NcclComm, WithheldRankTimesOutAndAborts) {
         cudaFree(d);
       },
       {.timeout = 60s, .abort_on_error = false});
+}
+
+// Online calibration on an NCCL world: observations are exchanged over the host communicator the
+// world was bootstrapped from (`plan(batch, host)`); `plan(batch)` alone is errc::unsupported.
+// Every step is reported 25% slower than modelled, so the refitted plan of the same batch is slower.
+TEST(NcclComm, CalibratedSchedulerExchangesOverTheHostCommunicator) {
+  DCP_REQUIRE_GPUS(1);
+  dcp::local_world::run(
+      gpus,
+      [&](dcp::local_comm& boot) {
+        auto world = dcp::nccl_comm::init(boot, boot.rank(), nullptr, 30s);
+        dcp::scheduler_options o;
+        o.calibration.enabled = true;
+        dcp::scheduler<dcp::transformer_spec, dcp::nccl_comm> sched(dcp::models::cogvideox_5b(), world, o);
+        dcp::dataset batch;
+        for (int i = 0; i < 8 * gpus; ++i) batch.push_back(dcp::make_sequence(i, std::int64_t{2048} << (i % 4)));
+        EXPECT_DCP_ERROR((void)sched.plan(batch), dcp::errc::unsupported, "plan(batch, host)");
+        std::vector<double> makespans;
+        for (int it = 0; it < 3; ++it) {
+          const auto p = sched.plan(batch, boot);
+          sched.verify(p, boot);
+          makespans.push_back(p.makespan_s);
+          for (const auto& s : sched.steps_for(p))
+            sched.observe(s, 1.25 * s.time_s, p.steps[s.index].memory_bytes);
+        }
+        const auto q = sched.plan(batch, boot);
+        sched.verify(q, boot);
+        EXPECT_GT(sched.calibration()->report().time_points, 0u);
+        EXPECT_GT(q.makespan_s, 1.1 * makespans.front()) << "the refit did not learn the slower clock";
+      },
+      {.timeout = 60s});
 }
 
 TEST(NcclComm, BootstrapThroughAFile) {
