@@ -160,10 +160,7 @@ class local_comm {
 
   /// Collective. See `communicator`. Children inherit the timeout.
   local_comm split(int color, int key) {
-    auto m = detail::meta_of<std::byte>(detail::coll_kind::split, 0, 0);
-    m.root = color;
-    m.key = key;
-    arrive(post(m), deadline(), [this] { complete_split(); });
+    arrive(post(detail::meta_of_split(color, key)), deadline(), [this] { complete_split(); });
     check_all();
     std::shared_ptr<local_hub> child;
     {
@@ -189,13 +186,8 @@ class local_comm {
   template <transferable T>
   void all_to_all_v(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
                     std::span<const std::size_t> recv_counts) {
-    auto m = detail::meta_of<T>(detail::coll_kind::all_to_all_v, send.size(), recv.size());
-    m.send_counts = send_counts.data();
-    m.send_counts_size = send_counts.size();
-    m.recv_counts = recv_counts.data();
-    m.recv_counts_size = recv_counts.size();
     const auto dl = deadline();
-    arrive(post(m, send.data()), dl);
+    arrive(post(detail::meta_of_counts<T>(send.size(), send_counts, recv.size(), recv_counts), send.data()), dl);
     const auto& s = check_all();
     auto* out = reinterpret_cast<std::byte*>(recv.data());
     for (int i = 0; i < size(); ++i) {
@@ -222,11 +214,8 @@ class local_comm {
   /// Out of place; every rank gets the same result, combined in rank order.
   template <reducible T>
   void all_reduce(std::span<const T> send, std::span<T> recv, reduce_op op) {
-    auto m = detail::meta_of<T>(detail::coll_kind::all_reduce, send.size(), recv.size());
-    m.type = detail::type_code<T>();
-    m.root = int(op);
     const auto dl = deadline();
-    arrive(post(m, send.data()), dl);
+    arrive(post(detail::meta_of_reduce<T>(send.size(), recv.size(), op), send.data()), dl);
     const auto& s = check_all();
     for (size_t k = 0; k < recv.size(); ++k) {
       T acc = element<T>(s[0].send, k);
@@ -248,10 +237,8 @@ class local_comm {
 
   template <transferable T>
   void broadcast(std::span<T> data, int root) {
-    auto m = detail::meta_of<T>(detail::coll_kind::broadcast, data.size(), data.size());
-    m.root = root;
     const auto dl = deadline();
-    arrive(post(m, data.data()), dl);
+    arrive(post(detail::meta_of_broadcast<T>(data.size(), root), data.data()), dl);
     const auto& s = check_all();
     if (rank_ != root) copy_bytes(reinterpret_cast<std::byte*>(data.data()), s[root].send, data.size_bytes());
     arrive_done("broadcast", dl);

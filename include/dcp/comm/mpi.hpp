@@ -33,7 +33,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <numeric>
 #include <span>
 #include <string>
 #include <thread>
@@ -42,7 +41,7 @@
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
-#include <dcp/comm/detail/backend_checks.hpp>
+#include <dcp/comm/detail/backend_base.hpp>
 #include <dcp/comm/detail/collective_check.hpp>
 #include <dcp/error.hpp>
 
@@ -80,7 +79,7 @@ struct mpi_wire_meta {
 }  // namespace detail
 
 /// One rank's handle on an `MPI_Comm`, owning (freed on destruction) or borrowed. Move-only.
-class mpi_comm {
+class mpi_comm : public detail::comm_backend<mpi_comm> {
  public:
   using communicator_concept = communicator_tag;
   static constexpr bool host_memory = true;
@@ -134,29 +133,21 @@ class mpi_comm {
   MPI_Comm native() const noexcept { return comm_; }
   bool owning() const noexcept { return owning_; }
   bool valid() const noexcept { return comm_ != MPI_COMM_NULL; }
-  int rank() const noexcept { return valid() ? rank_ : -1; }
-  int size() const noexcept { return valid() ? size_ : 0; }
-  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) {
-    detail::check_timeout("mpi_comm", t);
-    timeout_ = t;
-  }
   bool checked() const noexcept { return checked_; }
   /// Turns the cross-rank checks of every collective on or off (all ranks must agree).
   void set_checked(bool on) noexcept { checked_ = on; }
 
   void abort() noexcept {
-    if (!aborted_) abort_reason_ = detail::abort_by_call_reason(rank_);
+    note_abort_by_call();
     aborted_ = true;
   }
-  bool aborted() const noexcept { return aborted_; }
   /// Ends the whole MPI job (`MPI_Abort`): the last resort after a timeout.
   void abort_job(int code = 1) noexcept { MPI_Abort(valid() ? comm_ : MPI_COMM_WORLD, code); }
 
   // ---- collectives ------------------------------------------------------------------------------
 
   void barrier() {
-    enter("barrier");
+    enter_call("barrier");
     check_call(detail::meta_of<std::byte>(detail::coll_kind::barrier, 0, 0));
     MPI_Request req = MPI_REQUEST_NULL;
     detail::mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", where("barrier"));
@@ -164,12 +155,9 @@ class mpi_comm {
   }
 
   mpi_comm split(int color, int key) {
-    enter("split");
+    enter_call("split");
     // Always checked: MPI_Comm_split blocks, so agree on valid colors before entering it.
-    auto m = detail::meta_of<std::byte>(detail::coll_kind::split, 0, 0);
-    m.root = color;
-    m.key = key;
-    check_call(m, true);
+    check_call(detail::meta_of_split(color, key), true);
     MPI_Comm child = MPI_COMM_NULL;
     detail::mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split",
                       where("split"));
@@ -181,12 +169,8 @@ class mpi_comm {
 
   template <transferable T>
   void all_to_all(std::span<const T> send, std::span<T> recv) {
-    enter("all_to_all");
+    enter_call("all_to_all");
     check_call(detail::meta_of<T>(detail::coll_kind::all_to_all, send.size(), recv.size()));
-    local_check(send.size() == recv.size() && send.size() % size_t(size_) == 0, "all_to_all", [&] {
-      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
-             "; both must be equal and a multiple of size() = " + std::to_string(size_);
-    });
     const int chunk = to_int(send.size_bytes() / size_t(size_), "all_to_all");
     MPI_Request req = MPI_REQUEST_NULL;
     detail::mpi_check(MPI_Ialltoall(send.data(), chunk, MPI_BYTE, recv.data(), chunk, MPI_BYTE, comm_, &req),
@@ -197,24 +181,9 @@ class mpi_comm {
   template <transferable T>
   void all_to_all_v(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
                     std::span<const std::size_t> recv_counts) {
-    enter("all_to_all_v");
-    auto m = detail::meta_of<T>(detail::coll_kind::all_to_all_v, send.size(), recv.size());
-    m.send_counts = send_counts.data();
-    m.send_counts_size = send_counts.size();
-    m.recv_counts = recv_counts.data();
-    m.recv_counts_size = recv_counts.size();
-    check_call(m);
+    enter_call("all_to_all_v");
+    check_call(detail::meta_of_counts<T>(send.size(), send_counts, recv.size(), recv_counts));
     const size_t n = size_t(size_);
-    local_check(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v", [&] {
-      return std::to_string(send_counts.size()) + " send counts and " + std::to_string(recv_counts.size()) +
-             " recv counts; both must have size() = " + std::to_string(n) + " entries";
-    });
-    const size_t ss = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
-    const size_t rs = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-    local_check(ss == send.size() && rs == recv.size(), "all_to_all_v", [&] {
-      return "send of " + std::to_string(send.size()) + " elements with counts summing to " + std::to_string(ss) +
-             ", recv of " + std::to_string(recv.size()) + " with counts summing to " + std::to_string(rs);
-    });
     // Counts and displacements in bytes; MPI reads them until completion, so they live in `arrays`.
     detail::mpi_orphan keep;
     keep.arrays.resize(4 * n);
@@ -239,12 +208,8 @@ class mpi_comm {
 
   template <transferable T>
   void all_gather(std::span<const T> send, std::span<T> recv) {
-    enter("all_gather");
+    enter_call("all_gather");
     check_call(detail::meta_of<T>(detail::coll_kind::all_gather, send.size(), recv.size()));
-    local_check(recv.size() == send.size() * size_t(size_), "all_gather", [&] {
-      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
-             "; recv must hold size() * send = " + std::to_string(send.size() * size_t(size_));
-    });
     const int len = to_int(send.size_bytes(), "all_gather");
     MPI_Request req = MPI_REQUEST_NULL;
     detail::mpi_check(MPI_Iallgather(send.data(), len, MPI_BYTE, recv.data(), len, MPI_BYTE, comm_, &req),
@@ -254,37 +219,22 @@ class mpi_comm {
 
   template <reducible T>
   void all_reduce(std::span<const T> send, std::span<T> recv, reduce_op op) {
-    enter("all_reduce");
-    auto m = detail::meta_of<T>(detail::coll_kind::all_reduce, send.size(), recv.size());
-    m.type = detail::type_code<T>();
-    m.root = int(op);
-    check_call(m);
-    local_check(send.size() == recv.size(), "all_reduce", [&] {
-      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
-             "; they must be equal";
-    });
+    enter_call("all_reduce");
+    check_call(detail::meta_of_reduce<T>(send.size(), recv.size(), op));
     reduce(send.data(), recv.data(), recv.size(), op);
   }
 
   template <reducible T>
   void all_reduce(std::span<T> data, reduce_op op) {
-    enter("all_reduce");
-    auto m = detail::meta_of<T>(detail::coll_kind::all_reduce, data.size(), data.size());
-    m.type = detail::type_code<T>();
-    m.root = int(op);
-    check_call(m);
+    enter_call("all_reduce");
+    check_call(detail::meta_of_reduce<T>(data.size(), data.size(), op));
     reduce(static_cast<const T*>(MPI_IN_PLACE), data.data(), data.size(), op);
   }
 
   template <transferable T>
   void broadcast(std::span<T> data, int root) {
-    enter("broadcast");
-    auto m = detail::meta_of<T>(detail::coll_kind::broadcast, data.size(), data.size());
-    m.root = root;
-    check_call(m);
-    local_check(root >= 0 && root < size_, "broadcast", [&] {
-      return "root " + std::to_string(root) + " out of range [0, " + std::to_string(size_) + ")";
-    });
+    enter_call("broadcast");
+    check_call(detail::meta_of_broadcast<T>(data.size(), root));
     MPI_Request req = MPI_REQUEST_NULL;
     detail::mpi_check(MPI_Ibcast(data.data(), to_int(data.size_bytes(), "broadcast"), MPI_BYTE, root, comm_, &req),
                       "MPI_Ibcast", where("broadcast"));
@@ -295,7 +245,7 @@ class mpi_comm {
 
   template <transferable T>
   void send(std::span<const T> data, int peer, int tag) {
-    enter("send");
+    enter_call("send");
     check_p2p("send", peer, tag);
     MPI_Request req = MPI_REQUEST_NULL;
     detail::mpi_check(MPI_Isend(data.data(), to_int(data.size_bytes(), "send"), MPI_BYTE, peer, tag, comm_, &req),
@@ -307,7 +257,7 @@ class mpi_comm {
   /// received and dropped, and reported with both sizes.
   template <transferable T>
   void recv(std::span<T> data, int peer, int tag) {
-    enter("recv");
+    enter_call("recv");
     check_p2p("recv", peer, tag);
     const auto dl = clock::now() + timeout_;
     MPI_Message msg = MPI_MESSAGE_NULL;
@@ -336,10 +286,12 @@ class mpi_comm {
   }
 
  private:
+  friend detail::comm_backend<mpi_comm>;
   using clock = std::chrono::steady_clock;
+  static constexpr const char* backend_name = "mpi_comm";
 
   mpi_comm(MPI_Comm c, bool owning, std::chrono::milliseconds timeout)
-      : comm_(c), owning_(owning), timeout_(timeout) {
+      : comm_backend(timeout), comm_(c), owning_(owning) {
     check(c != MPI_COMM_NULL, errc::invalid_argument, [] { return std::string("mpi_comm: MPI_COMM_NULL"); });
     detail::mpi_check(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", "mpi_comm");
     detail::mpi_check(MPI_Comm_rank(c, &rank_), "MPI_Comm_rank", "mpi_comm");
@@ -347,28 +299,14 @@ class mpi_comm {
   }
 
   void swap(mpi_comm& o) noexcept {
+    swap_state(o);
     std::swap(comm_, o.comm_);
     std::swap(owning_, o.owning_);
-    std::swap(rank_, o.rank_);
-    std::swap(size_, o.size_);
-    std::swap(timeout_, o.timeout_);
     std::swap(checked_, o.checked_);
-    std::swap(aborted_, o.aborted_);
-    std::swap(abort_reason_, o.abort_reason_);
     std::swap(orphans_, o.orphans_);
   }
 
-  std::string where(const char* what) const { return detail::comm_where("mpi_comm", what, rank_, size_); }
-
-  void enter(const char* what) const {
-    detail::check_not_null(valid(), "mpi_comm", what);
-    if (aborted_) detail::throw_aborted(where(what), abort_reason_);
-  }
-
-  template <class Msg>
-  void local_check(bool ok, const char* what, Msg&& msg) const {
-    detail::check_local_argument(ok, what, rank_, std::forward<Msg>(msg));
-  }
+  std::string where_detail() const { return {}; }
 
   static int to_int(size_t v, const char* what) {
     check(v <= size_t(INT_MAX), errc::unsupported, [&] {
@@ -398,9 +336,14 @@ class mpi_comm {
     wait(req, "all_reduce");
   }
 
-  /// All-gathers every rank's call description and runs the shared cross-rank checks.
+  /// This rank's own laws of the call, and in the checked mode (or with `force`) first every
+  /// rank's: all-gathers the call descriptions and runs the shared cross-rank checks.
   void check_call(const detail::call_meta& m, bool force = false) {
-    if (!checked_ && !force) return;
+    if (checked_ || force) check_all_ranks(m);
+    detail::check_rank_call(m, rank_, size_);
+  }
+
+  void check_all_ranks(const detail::call_meta& m) {
     const char* what = detail::to_string(m.kind);
     const size_t n = size_t(size_);
     detail::mpi_wire_meta mine{std::int64_t(m.kind),       m.type,
@@ -471,24 +414,14 @@ class mpi_comm {
   }
 
   [[noreturn]] void timed_out(const char* what, int peer) {
-    std::string msg = where(what) + " timed out after " + detail::seconds_string(timeout_);
-    msg += peer >= 0 ? " waiting for rank " + std::to_string(peer)
-                     : " waiting for its peers (at least one of the " + std::to_string(size_) +
-                           " ranks did not join)";
-    msg += "; the communicator is aborted (call abort_job() to end the MPI job)";
+    std::string msg = timed_out_text(what, peer);
     aborted_ = true;
-    abort_reason_ = "timeout in " + std::string(what);
-    throw error(errc::timeout, msg);
+    throw error(errc::timeout, msg + "; the communicator is aborted (call abort_job() to end the MPI job)");
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   bool owning_ = false;
-  int rank_ = -1;
-  int size_ = 0;
-  std::chrono::milliseconds timeout_ = default_timeout;
   bool checked_ = true;
-  bool aborted_ = false;
-  std::string abort_reason_;
   std::vector<detail::mpi_orphan> orphans_;
 };
 

@@ -29,7 +29,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <numeric>
 #include <span>
 #include <string>
 #include <thread>
@@ -38,7 +37,8 @@
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
-#include <dcp/comm/detail/backend_checks.hpp>
+#include <dcp/comm/detail/backend_base.hpp>
+#include <dcp/comm/detail/collective_check.hpp>
 #include <dcp/comm/nccl_bootstrap.hpp>
 #include <dcp/cuda/runtime.hpp>
 #include <dcp/error.hpp>
@@ -73,7 +73,7 @@ ncclDataType_t nccl_type() noexcept {
 }  // namespace detail
 
 /// One rank's handle on an NCCL communicator, bound to a device and a stream. Move-only.
-class nccl_comm {
+class nccl_comm : public detail::comm_backend<nccl_comm> {
  public:
   using communicator_concept = communicator_tag;
   static constexpr bool host_memory = false;
@@ -172,13 +172,6 @@ class nccl_comm {
   cudaStream_t stream() const noexcept { return stream_; }
   int device() const noexcept { return device_; }
   bool valid() const noexcept { return comm_ != nullptr || aborted_; }
-  int rank() const noexcept { return valid() ? rank_ : -1; }
-  int size() const noexcept { return valid() ? size_ : 0; }
-  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) {
-    detail::check_timeout("nccl_comm", t);
-    timeout_ = t;
-  }
   bool synchronous() const noexcept { return synchronous_; }
   /// With false, calls return once enqueued on `stream()`; call `wait()` before using the results.
   void set_synchronous(bool on) noexcept { synchronous_ = on; }
@@ -189,11 +182,10 @@ class nccl_comm {
       cudaSetDevice(device_);
       ncclCommAbort(comm_);
       comm_ = nullptr;
-      if (abort_reason_.empty()) abort_reason_ = detail::abort_by_call_reason(rank_);
+      note_abort_by_call();
     }
     aborted_ = true;
   }
-  bool aborted() const noexcept { return aborted_; }
 
   /// Waits until everything enqueued on `stream()` has finished, with the deadline of `timeout()`.
   void wait() { wait("wait"); }
@@ -205,12 +197,7 @@ class nccl_comm {
   nccl_comm split(int color, int key) {
     enter("split");
     std::vector<int> colors = gather_ints(color, "split");
-    for (int r = 0; r < size_; ++r)
-      check(colors[size_t(r)] < size_, errc::invalid_argument, [&] {
-        return "split: rank " + std::to_string(r) + " passed color " + std::to_string(colors[size_t(r)]) +
-               ", out of range [0, " + std::to_string(size_) +
-               "); use at most size() groups, or a negative color (dcp::no_color) to join none";
-      });
+    for (int r = 0; r < size_; ++r) detail::check_split_color(r, colors[size_t(r)], size_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     nccl_comm child;
@@ -230,10 +217,7 @@ class nccl_comm {
   template <transferable T>
   void all_to_all(std::span<const T> send, std::span<T> recv) {
     enter("all_to_all");
-    local_check(send.size() == recv.size() && send.size() % size_t(size_) == 0, "all_to_all", [&] {
-      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
-             "; both must be equal and a multiple of size() = " + std::to_string(size_);
-    });
+    check_own(detail::meta_of<T>(detail::coll_kind::all_to_all, send.size(), recv.size()));
     detail::nccl_check(ncclAlltoAll(send.data(), recv.data(), send.size_bytes() / size_t(size_), ncclUint8, comm_,
                                     stream_),
                        "ncclAlltoAll", where("all_to_all"), comm_);
@@ -244,17 +228,8 @@ class nccl_comm {
   void all_to_all_v(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
                     std::span<const std::size_t> recv_counts) {
     enter("all_to_all_v");
+    check_own(detail::meta_of_counts<T>(send.size(), send_counts, recv.size(), recv_counts));
     const size_t n = size_t(size_);
-    local_check(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v", [&] {
-      return std::to_string(send_counts.size()) + " send counts and " + std::to_string(recv_counts.size()) +
-             " recv counts; both must have size() = " + std::to_string(n) + " entries";
-    });
-    const size_t ss = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
-    const size_t rs = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-    local_check(ss == send.size() && rs == recv.size(), "all_to_all_v", [&] {
-      return "send of " + std::to_string(send.size()) + " elements with counts summing to " + std::to_string(ss) +
-             ", recv of " + std::to_string(recv.size()) + " with counts summing to " + std::to_string(rs);
-    });
     const auto* sb = reinterpret_cast<const std::byte*>(send.data());
     auto* rb = reinterpret_cast<std::byte*>(recv.data());
     detail::nccl_check(ncclGroupStart(), "ncclGroupStart", where("all_to_all_v"));
@@ -274,10 +249,7 @@ class nccl_comm {
   template <transferable T>
   void all_gather(std::span<const T> send, std::span<T> recv) {
     enter("all_gather");
-    local_check(recv.size() == send.size() * size_t(size_), "all_gather", [&] {
-      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
-             "; recv must hold size() * send = " + std::to_string(send.size() * size_t(size_));
-    });
+    check_own(detail::meta_of<T>(detail::coll_kind::all_gather, send.size(), recv.size()));
     detail::nccl_check(ncclAllGather(send.data(), recv.data(), send.size_bytes(), ncclUint8, comm_, stream_),
                        "ncclAllGather", where("all_gather"), comm_);
     done("all_gather");
@@ -286,10 +258,7 @@ class nccl_comm {
   template <reducible T>
   void all_reduce(std::span<const T> send, std::span<T> recv, reduce_op op) {
     enter("all_reduce");
-    local_check(send.size() == recv.size(), "all_reduce", [&] {
-      return "send of " + std::to_string(send.size()) + " elements and recv of " + std::to_string(recv.size()) +
-             "; they must be equal";
-    });
+    check_own(detail::meta_of_reduce<T>(send.size(), recv.size(), op));
     reduce(send.data(), recv.data(), recv.size(), op);
   }
 
@@ -302,9 +271,7 @@ class nccl_comm {
   template <transferable T>
   void broadcast(std::span<T> data, int root) {
     enter("broadcast");
-    local_check(root >= 0 && root < size_, "broadcast", [&] {
-      return "root " + std::to_string(root) + " out of range [0, " + std::to_string(size_) + ")";
-    });
+    check_own(detail::meta_of_broadcast<T>(data.size(), root));
     detail::nccl_check(ncclBroadcast(data.data(), data.data(), data.size_bytes(), ncclUint8, root, comm_, stream_),
                        "ncclBroadcast", where("broadcast"), comm_);
     done("broadcast");
@@ -338,25 +305,21 @@ class nccl_comm {
   }
 
  private:
+  friend detail::comm_backend<nccl_comm>;
   using clock = std::chrono::steady_clock;
+  static constexpr const char* backend_name = "nccl_comm";
 
   void swap(nccl_comm& o) noexcept {
+    swap_state(o);
     std::swap(comm_, o.comm_);
     std::swap(stream_, o.stream_);
     std::swap(own_stream_, o.own_stream_);
     std::swap(scratch_, o.scratch_);
     std::swap(device_, o.device_);
-    std::swap(rank_, o.rank_);
-    std::swap(size_, o.size_);
-    std::swap(timeout_, o.timeout_);
     std::swap(synchronous_, o.synchronous_);
-    std::swap(aborted_, o.aborted_);
-    std::swap(abort_reason_, o.abort_reason_);
   }
 
-  std::string where(const char* what) const {
-    return detail::comm_where("nccl_comm", what, rank_, size_, "device " + std::to_string(device_));
-  }
+  std::string where_detail() const { return "device " + std::to_string(device_); }
 
   void set_device(const char* what) const {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice", where(what));
@@ -380,15 +343,12 @@ class nccl_comm {
   }
 
   void enter(const char* what) {
-    detail::check_not_null(valid(), "nccl_comm", what);
-    if (aborted_) detail::throw_aborted(where(what), abort_reason_);
+    enter_call(what);
     set_device(what);
   }
 
-  template <class Msg>
-  void local_check(bool ok, const char* what, Msg&& msg) const {
-    detail::check_local_argument(ok, what, rank_, std::forward<Msg>(msg));
-  }
+  // Only this rank's own laws: no cross-rank description round trip on the GPU path.
+  void check_own(const detail::call_meta& m) const { detail::check_rank_call(m, rank_, size_); }
 
   void check_p2p(const char* what, int peer, int tag) const {
     detail::check_peer(what, peer, size_);
@@ -459,11 +419,7 @@ class nccl_comm {
   }
 
   [[noreturn]] void timed_out(const char* what, int peer) {
-    std::string msg = where(what) + " timed out after " + detail::seconds_string(timeout_);
-    msg += peer >= 0 ? " waiting for rank " + std::to_string(peer)
-                     : " waiting for its peers (at least one of the " + std::to_string(size_) +
-                           " ranks did not join)";
-    abort_reason_ = "timeout in " + std::string(what);
+    const std::string msg = timed_out_text(what, peer);
     abort();
     throw error(errc::timeout, msg + "; the communicator is aborted (ncclCommAbort)");
   }
@@ -473,12 +429,7 @@ class nccl_comm {
   bool own_stream_ = false;
   int* scratch_ = nullptr;  // [0]: barrier word, [1, size]: gather_ints
   int device_ = 0;
-  int rank_ = -1;
-  int size_ = 0;
-  std::chrono::milliseconds timeout_ = default_timeout;
   bool synchronous_ = true;
-  bool aborted_ = false;
-  std::string abort_reason_;
 };
 
 static_assert(communicator<nccl_comm>);

@@ -1,13 +1,15 @@
 #pragma once
 /// \file
 /// Private: the argument checks and messages every communicator backend shares (local, mpi,
-/// nccl), so that one mistake reads the same whatever the backend. Include `<dcp/comm/local.hpp>`,
+/// nccl), so that one mistake reads the same whatever the backend. The laws of a collective call's
+/// arguments are `detail/collective_check.hpp`'s. Include `<dcp/comm/local.hpp>`,
 /// `<dcp/comm/mpi.hpp>` or `<dcp/comm/nccl.hpp>` instead.
 
 #include <chrono>
 #include <string>
 #include <string_view>
 
+#include <dcp/comm/comm_concepts.hpp>
 #include <dcp/error.hpp>
 
 namespace dcp::detail {
@@ -39,14 +41,26 @@ inline void check_not_null(bool valid, std::string_view backend, const char* wha
   throw error(errc::aborted, where + ": the communicator was aborted (" + reason + "); create a new communicator");
 }
 
+/// The guard at the top of every call: not the null communicator, not aborted. `where()` builds
+/// `comm_where(...)` only when it is needed.
+template <class Where>
+void check_usable(bool valid, bool aborted, std::string_view backend, const char* what, Where&& where,
+                  const std::string& abort_reason) {
+  check_not_null(valid, backend, what);
+  if (aborted) throw_aborted(where(), abort_reason);
+}
+
+/// "<where> timed out after <t> waiting for rank <peer>" (point to point), or "... waiting for its
+/// peers" (a collective: the backend cannot tell which rank is missing).
+inline std::string timed_out_message(const std::string& where, std::chrono::milliseconds timeout, int peer, int size) {
+  std::string msg = where + " timed out after " + seconds_string(timeout);
+  msg += peer >= 0 ? " waiting for rank " + std::to_string(peer)
+                   : " waiting for its peers (at least one of the " + std::to_string(size) + " ranks did not join)";
+  return msg;
+}
+
 /// The cause recorded by an explicit `abort()`.
 inline std::string abort_by_call_reason(int rank) { return "aborted by abort() on rank " + std::to_string(rank); }
-
-/// One rank's own bad argument (found before any communication): "<what>: rank r passed <msg()>".
-template <class Msg>
-void check_local_argument(bool ok, const char* what, int rank, Msg&& msg) {
-  check(ok, errc::invalid_argument, [&] { return std::string(what) + ": rank " + std::to_string(rank) + " passed " + msg(); });
-}
 
 /// A point-to-point peer must be a rank of the communicator.
 inline void check_peer(const char* what, int peer, int size) {
