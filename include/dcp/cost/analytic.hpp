@@ -20,12 +20,15 @@ struct analytic_load {
   double sequences = 0;  ///< b
   double tokens = 0;     ///< N_tok = sum n_j
   double attention = 0;  ///< A: forward attention FLOPs (all blocks)
+  /// A_ring: the part of A whose K/V a Ulysses x Ring step passes around its ring (DESIGN 4.3):
+  /// self-attention (1D), the temporal blocks' (2D); cross-attention to text stays local.
+  double ring_attention = 0;
 
   friend constexpr analytic_load operator+(analytic_load a, const analytic_load& b) noexcept {
-    return {a.sequences + b.sequences, a.tokens + b.tokens, a.attention + b.attention};
+    return {a.sequences + b.sequences, a.tokens + b.tokens, a.attention + b.attention, a.ring_attention + b.ring_attention};
   }
   friend constexpr analytic_load operator-(analytic_load a, const analytic_load& b) noexcept {
-    return {a.sequences - b.sequences, a.tokens - b.tokens, a.attention - b.attention};
+    return {a.sequences - b.sequences, a.tokens - b.tokens, a.attention - b.attention, a.ring_attention - b.ring_attention};
   }
   friend constexpr bool operator==(const analytic_load&, const analytic_load&) = default;
 };
@@ -105,11 +108,6 @@ struct analytic_cost {
     check(ring >= 1 && (ring & (ring - 1)) == 0, errc::invalid_argument, [&] {
       return "ring = " + std::to_string(ring) + " must be a power of two >= 1 (1 = Ulysses only)";
     });
-    check(ring == 1 || (model.attention != attention_kind::factorized_2d && model.cross_attention_tokens == 0),
-          errc::invalid_argument, [&] {
-            return "ring = " + std::to_string(ring) + " needs 1D self-attention (full or causal) without "
-                   "cross-attention, which model '" + model.name + "' does not have; use ring = 1";
-          });
     check(static_memory() < capacity(), errc::invalid_argument, [&] {
       return "memory capacity " + std::to_string(capacity()) + " B is below the static memory " +
              std::to_string(static_memory()) + " B of model '" + model.name + "' on " + std::to_string(world) +
@@ -131,8 +129,9 @@ struct analytic_cost {
   int heads() const noexcept { return model.heads / tp; }
   /// The largest ring size a step may use (`ring_cost_model`).
   int max_ring() const noexcept { return ring; }
-  /// The ring r of a step on sp units: `ring_of(sp)` when rings are enabled, else 1 (so a
-  /// Ulysses-only model prices every sp as section 4 does).
+  /// The ring r of a step on sp units when the caller names none: the smallest, `ring_of(sp)`,
+  /// when rings are enabled, else 1 (so a Ulysses-only model prices every sp as section 4 does).
+  /// `time(l, sp, k, r)` prices any ring of `legal_ring`.
   int step_ring(int sp) const noexcept { return ring > 1 ? ring_of(*this, sp) : 1; }
   double capacity() const noexcept { return device.capacity(); }
 
@@ -142,13 +141,14 @@ struct analytic_cost {
     // q = h unless head_dim decouples it (section 4.1), so today's models price exactly as before.
     const double L = model.blocks, h = model.query_width();
     const double n = static_cast<double>(tokens_of(s));
-    double a = 0;
+    double a = 0, ring_a = 0;
     switch (model.attention) {
-      case attention_kind::full: a = L * 4 * h * n * n; break;
-      case attention_kind::causal: a = L * 2 * h * n * n; break;
+      case attention_kind::full: a = ring_a = L * 4 * h * n * n; break;
+      case attention_kind::causal: a = ring_a = L * 2 * h * n * n; break;
       case attention_kind::factorized_2d: {
         const double t = static_cast<double>(s.frames), sz = static_cast<double>(s.spatial);
-        a = (L / 2) * 4 * h * t * sz * sz + (L / 2) * 4 * h * sz * t * t;
+        ring_a = (L / 2) * 4 * h * sz * t * t;  // temporal: a ring splits the frames
+        a = (L / 2) * 4 * h * t * sz * sz + ring_a;
         break;
       }
     }
@@ -156,7 +156,7 @@ struct analytic_cost {
       const double c = static_cast<double>(model.cross_attention_tokens);
       a += L * (4 * h * n * c + 4 * static_cast<double>(model.hidden) * model.key_value_width() * c);
     }
-    return {1, n, a};
+    return {1, n, a, ring_a};
   }
 
   /// P_gpu = (P - P_E) / tp + P_E / (tp ep): the parameters one GPU holds unsharded.
@@ -228,30 +228,36 @@ struct analytic_cost {
     return model.key_value_heads() / tp >= u ? model.key_value_width() / tp / u : model.head_width();
   }
   /// Seconds of a step's ring K/V exchange (DESIGN section 4.3), 0 when r = 1: (3L + k) (r - 1)
-  /// messages, each a K/V block of N_tok / r tokens, `alpha + 4 kv_u N_tok / r / bw(sp tp)`.
-  double ring_time(const load_type& l, int sp, int k) const noexcept {
-    const int r = step_ring(sp);
+  /// messages, each a K/V block of N_tok / r tokens, `alpha + 4 kv_u N_tok / r / bw(sp tp)`;
+  /// half of them for 2D attention (only the temporal blocks ring).
+  double ring_time(const load_type& l, int sp, int k, int r) const noexcept {
     if (r == 1) return 0;
     const double L = model.blocks;
     const double bytes = 4 * ring_key_value_width(sp / r) * l.tokens / r;
-    return (3 * L + k) * (r - 1) * (device.alpha + bytes / bandwidth(sp));
+    const double t = (3 * L + k) * (r - 1) * (device.alpha + bytes / bandwidth(sp));
+    return model.attention == attention_kind::factorized_2d ? t / 2 : t;
   }
+  /// `ring_time` with the step's smallest ring (`step_ring`).
+  double ring_time(const load_type& l, int sp, int k) const noexcept { return ring_time(l, sp, k, step_ring(sp)); }
 
-  double time(const load_type& l, int sp, int k) const noexcept {
+  /// Seconds of the step with the smallest ring its sp allows (`step_ring`).
+  double time(const load_type& l, int sp, int k) const noexcept { return time(l, sp, k, step_ring(sp)); }
+  /// Seconds of the step run as u x r = (sp / r) x r, r a `legal_ring` for sp (DESIGN 4.3).
+  double time(const load_type& l, int sp, int k, int r) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     const double x = l.tokens / sp;
     double t_comp = (3 + k / L) * forward_flops(l) / (sp * tp * device.peak * efficiency(x));
     double t_comm = 0;
-    if (const int r = step_ring(sp); r > 1) {
+    if (r > 1) {
       // Ulysses x Ring: all-to-alls over u = sp / r units, and the ring exchange overlapped
-      // with the attention compute (zig-zag keeps each rank's causal share at A / sp).
+      // with the ringing attention (zig-zag keeps each rank's causal share at A / sp).
       const int u = sp / r;
       if (u > 1) {
         const double v = 2 * all_to_all_width(u) * x * (u - 1) / u;
         t_comm = all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / bandwidth(u));
       }
-      const double t_att = (3 + k / L) * l.attention / (sp * tp * device.peak * efficiency(x));
-      t_comp += std::max(t_att, ring_time(l, sp, k)) - t_att;
+      const double t_att = (3 + k / L) * l.ring_attention / (sp * tp * device.peak * efficiency(x));
+      t_comp += std::max(t_att, ring_time(l, sp, k, r)) - t_att;
     } else if (sp > 1) {
       const double v = 2 * all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
       const double a = all_to_alls_per_pass() * (2 * L + k);
@@ -289,18 +295,31 @@ struct analytic_cost {
 
   /// GPU-seconds floor of DESIGN section 3: compute at eff(x_max), communication bytes at
   /// full bandwidth, no latency or launch overhead (batching can amortise those away).
-  double work_floor(const load_type& l, int sp, int k) const noexcept {
+  double work_floor(const load_type& l, int sp, int k) const noexcept { return work_floor(l, sp, k, step_ring(sp)); }
+  /// `work_floor` of the step run with ring r.
+  double work_floor(const load_type& l, int sp, int k, int r) const noexcept {
     const double L = model.blocks;
     return (3 + k / L) * forward_flops(l) / (tp * device.peak * efficiency(max_tokens_per_gpu())) +
-           communication_floor(l, sp, k);
+           communication_floor(l, sp, k, r);
+  }
+
+  /// Unit-seconds of zero3's per-step floor that the load claims in any step (0 unless zero3):
+  /// a step on sp units holds at most sp x_max tokens and lasts at least t_z3, so its unit-seconds
+  /// are at least `N_tok t_z3 / x_max` summed over its sequences (DESIGN section 3, 4.2).
+  double step_floor_share(const load_type& l) const noexcept {
+    return sharding == sharding_kind::zero3 ? l.tokens * step_floor() / max_tokens_per_gpu() : 0;
   }
 
   /// Unit-seconds of the step's collectives at full bandwidth (no latency): Ulysses, and with
   /// tp > 1 or ep > 1 the TP and EP collectives (sp times their per-GPU seconds).
   double communication_floor(const load_type& l, int sp, int k) const noexcept {
+    return communication_floor(l, sp, k, step_ring(sp));
+  }
+  /// `communication_floor` of the step run with ring r.
+  double communication_floor(const load_type& l, int sp, int k, int r) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     double w = 0;
-    const int u = sp / step_ring(sp);  // the ring is overlapped with compute: not in the floor
+    const int u = sp / r;  // the ring is overlapped with compute: not in the floor
     if (u > 1)
       w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(u) * l.tokens * (u - 1) / u / bandwidth(u);
     if (tp > 1) w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (tp - 1) / tp / device.bw_intra;
@@ -317,10 +336,14 @@ struct analytic_cost {
   /// g is a concave quadratic in k', so its least value over [k, L] is at an end; communication
   /// bytes at full bandwidth grow with k'. Never below `work_floor(l, sp, k)` (x_cap(L) = x_max).
   double packed_work_floor(const load_type& l, int sp, int k) const noexcept {
+    return packed_work_floor(l, sp, k, step_ring(sp));
+  }
+  /// `packed_work_floor` of steps run with ring r.
+  double packed_work_floor(const load_type& l, int sp, int k, int r) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden), beta = device.beta;
     const double room = (capacity() - static_memory()) / h * tp;  // x_cap counts tokens per unit
     auto g = [&](double kk) { return (3 + kk / L) * (1 + device.x_half * ((L - kk) * beta + 2 * kk + beta) / room); };
-    return std::min(g(k), g(L)) * forward_flops(l) / (tp * device.peak * device.eff_max) + communication_floor(l, sp, k);
+    return std::min(g(k), g(L)) * forward_flops(l) / (tp * device.peak * device.eff_max) + communication_floor(l, sp, k, r);
   }
 
   friend bool operator==(const analytic_cost&, const analytic_cost&) = default;

@@ -154,4 +154,69 @@ constexpr bool legal_sp(const C& c, int sp) noexcept {
   return sp >= 1 && (sp & (sp - 1)) == 0 && sp <= c.gpus() && ring_of(c, sp) <= max_ring_of(c);
 }
 
+/// A ring cost model that prices a step with any ring its sp allows (DESIGN section 4.3):
+/// `c.time(l, sp, k, r)` and `c.work_floor(l, sp, k, r)` for every `legal_ring(c, sp, r)`; the
+/// three-argument forms price r = `step_ring_of(c, sp)`. Law: they agree at that r.
+template <class C>
+concept ring_choice_cost_model =
+    ring_cost_model<C> && requires(const C& c, const typename C::load_type& l, int sp, int k, int r) {
+      { c.time(l, sp, k, r) } -> std::convertible_to<double>;
+      { c.work_floor(l, sp, k, r) } -> std::convertible_to<double>;
+    };
+
+/// The largest ring a step on a legal `sp` may run: min(sp, max_ring) for a `ring_choice_cost_model`
+/// with rings, else `step_ring_of(c, sp)` (the only one).
+template <cost_model C>
+constexpr int widest_ring_of(const C& c, int sp) noexcept {
+  if constexpr (ring_choice_cost_model<C>)
+    if (max_ring_of(c) > 1) return sp < max_ring_of(c) ? sp : max_ring_of(c);
+  return step_ring_of(c, sp);
+}
+
+/// True when a step on a legal `sp` may run ring `r`: a power of two from `step_ring_of(c, sp)`
+/// (the largest Ulysses part that divides the heads) up to `widest_ring_of(c, sp)`; every such
+/// r divides sp and leaves u = sp / r dividing the heads.
+template <cost_model C>
+constexpr bool legal_ring(const C& c, int sp, int r) noexcept {
+  return r >= step_ring_of(c, sp) && r <= widest_ring_of(c, sp) && (r & (r - 1)) == 0;
+}
+
+/// Seconds of a step on `sp` units with `k` checkpointed blocks run with ring `r` (a `legal_ring`).
+template <cost_model C>
+double time_with_ring(const C& c, const typename C::load_type& l, int sp, int k, int r) {
+  if constexpr (ring_choice_cost_model<C>)
+    if (r != step_ring_of(c, sp)) return c.time(l, sp, k, r);
+  return c.time(l, sp, k);
+}
+
+/// A step's ring and its time.
+struct ring_choice {
+  int ring = 1;
+  double time_s = 0;
+};
+
+/// The fastest legal ring of a step (the smallest on ties) and its time. With one legal ring
+/// (no rings, or sp at the ring cap) it is `step_ring_of(c, sp)` priced by `c.time(l, sp, k)`.
+template <cost_model C>
+ring_choice fastest_ring(const C& c, const typename C::load_type& l, int sp, int k) {
+  const int first = step_ring_of(c, sp);
+  ring_choice best{first, static_cast<double>(c.time(l, sp, k))};
+  if constexpr (ring_choice_cost_model<C>)
+    for (int r = 2 * first, last = widest_ring_of(c, sp); r <= last; r *= 2)
+      if (const double t = c.time(l, sp, k, r); t < best.time_s) best = {r, t};
+  return best;
+}
+
+/// The least `work_floor` of a step over its legal rings (`c.work_floor(l, sp, k)` with one).
+template <cost_model C>
+double least_work_floor(const C& c, const typename C::load_type& l, int sp, int k) {
+  double w = c.work_floor(l, sp, k);
+  if constexpr (ring_choice_cost_model<C>)
+    for (int r = 2 * step_ring_of(c, sp), last = widest_ring_of(c, sp); r <= last; r *= 2) {
+      const double x = c.work_floor(l, sp, k, r);
+      w = x < w ? x : w;
+    }
+  return w;
+}
+
 }  // namespace dcp

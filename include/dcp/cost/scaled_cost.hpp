@@ -102,12 +102,16 @@ class scaled_analytic_cost {
   double max_tokens_per_gpu() const noexcept { return base_.max_tokens_per_gpu() / scales_.memory; }
 
   double time(const load_type& l, int sp, int k) const noexcept { return scaled_.time(timed(l), sp, k); }
+  double time(const load_type& l, int sp, int k, int r) const noexcept { return scaled_.time(timed(l), sp, k, r); }
   double memory(const load_type& l, int sp, int k) const noexcept {
     const double m = base_.memory(l, sp, k);
     if (scales_.memory == 1) return m;
     return base_.static_memory() + scales_.memory * (m - base_.static_memory());
   }
   double work_floor(const load_type& l, int sp, int k) const noexcept { return scaled_.work_floor(timed(l), sp, k); }
+  double work_floor(const load_type& l, int sp, int k, int r) const noexcept {
+    return scaled_.work_floor(timed(l), sp, k, r);
+  }
   double packed_work_floor(const load_type& l, int sp, int k) const noexcept {
     return scaled_.packed_work_floor(timed(l), sp, k);
   }
@@ -123,6 +127,7 @@ class scaled_analytic_cost {
   // With peak / compute in the device, attention FLOPs x attention / compute time as attention.
   load_type timed(load_type l) const noexcept {
     l.attention *= attention_ratio_;
+    l.ring_attention *= attention_ratio_;
     return l;
   }
 

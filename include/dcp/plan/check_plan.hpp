@@ -86,10 +86,11 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
     const int sp = st.sp();
     if (!legal_sp(cost, sp)) fail(where + ": sp " + std::to_string(sp) + " is not legal");
     // The cost model priced the step with its ring; Ulysses ranks u = sp / r then divide the heads.
-    if (sp > 0 && st.ring != step_ring_of(cost, sp))
+    if (sp > 0 && !legal_ring(cost, sp, st.ring))
       fail(where + ": ring " + std::to_string(st.ring) + " x ulysses " + std::to_string(st.ulysses()) + " for sp " +
-           std::to_string(sp) + ", the cost model runs ring " + std::to_string(step_ring_of(cost, sp)) + " x ulysses " +
-           std::to_string(sp / step_ring_of(cost, sp)) + " (ulysses must divide " + std::to_string(cost.heads()) + " heads)");
+           std::to_string(sp) + ", the cost model runs ring " + std::to_string(step_ring_of(cost, sp)) + " to " +
+           std::to_string(widest_ring_of(cost, sp)) + " x ulysses " + std::to_string(sp / step_ring_of(cost, sp)) +
+           " (ulysses must divide " + std::to_string(cost.heads()) + " heads)");
     if (sp <= 0 || st.ranks.first < 0 || st.ranks.end() > n || st.ranks.first % std::max(sp, 1) != 0) {
       fail(where + ": not an aligned block inside [0, " + std::to_string(n) + ")");
       continue;
@@ -110,7 +111,7 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
     }
     if (known && !st.sequences.empty()) {
       // A plan made for per-GPU speeds prices a step at its slowest member's pace.
-      const double t = cost.time(load, sp, st.checkpointed_blocks) / block_speed(p.speeds, st.ranks),
+      const double t = time_with_ring(cost, load, sp, st.checkpointed_blocks, st.ring) / block_speed(p.speeds, st.ranks),
                    m = cost.memory(load, sp, st.checkpointed_blocks);
       if (!close(t, st.time_s)) fail(where + ": time " + std::to_string(st.time_s) + " s, cost model says " + std::to_string(t));
       if (!close(m, st.memory_bytes)) fail(where + ": memory " + std::to_string(st.memory_bytes) + " B, cost model says " + std::to_string(m));

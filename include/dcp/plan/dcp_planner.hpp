@@ -194,6 +194,7 @@ class dcp_planning {
     int sp = 1;
     int k = 0;
     double time = 0;
+    int ring = 1;  // the fastest legal ring for its load
   };
 
   std::optional<int> choose(const load_t& l, int sp) const {
@@ -218,7 +219,10 @@ class dcp_planning {
   std::vector<sequence_option> options(const load_t& l) const {
     std::vector<sequence_option> out;
     for (int sp : sps_)
-      if (auto k = choose(l, sp)) out.push_back({sp, *k, cost_.time(l, sp, *k), cost_.memory(l, sp, *k)});
+      if (auto k = choose(l, sp)) {
+        const ring_choice r = fastest_ring(cost_, l, sp, *k);
+        out.push_back({sp, *k, r.time_s, cost_.memory(l, sp, *k), r.ring});
+      }
     return out;
   }
   int sp_of(const item& it) const { return it.options[it.choice].sp; }
@@ -283,7 +287,8 @@ class dcp_planning {
     const std::int64_t step_cap = o.sp == sps_[fluid_] ? level_cap_[fluid_] : 0;
     if (it.tokens < step_cap) {
       const std::int64_t copies = std::max<std::int64_t>(1, step_cap / std::max<std::int64_t>(it.tokens, 1));
-      it.estimate = o.sp * cost_.time(repeated_load<C>(it.load, copies), o.sp, o.checkpointed_blocks) / static_cast<double>(copies);
+      it.estimate = o.sp * fastest_ring(cost_, repeated_load<C>(it.load, copies), o.sp, o.checkpointed_blocks).time_s /
+                    static_cast<double>(copies);
     } else {
       it.estimate = o.gpu_seconds();
     }
@@ -291,7 +296,8 @@ class dcp_planning {
 
   void price(step_group& g) const {
     g.k = choose(g.load, g.sp).value_or(cost_.blocks());
-    g.time = cost_.time(g.load, g.sp, g.k);
+    const ring_choice r = fastest_ring(cost_, g.load, g.sp, g.k);
+    g.time = r.time_s, g.ring = r.ring;
   }
 
   /// First-fit decreasing (by tokens) of `members` into steps of `sp` GPUs that fit the
@@ -320,7 +326,7 @@ class dcp_planning {
       if (fits(it.load)) {
         for (auto& g : steps) {
           // Gang steps also stay within the cap: a merged step must not set the makespan.
-          if (fits(g.load + it.load) && (!capped || cost_.time(g.load + it.load, sp, k) <= cap_)) {
+          if (fits(g.load + it.load) && (!capped || fastest_ring(cost_, g.load + it.load, sp, k).time_s <= cap_)) {
             g.members.push_back(m);
             g.load = g.load + it.load;
             placed = true;
@@ -385,7 +391,7 @@ class dcp_planning {
         }
         const int i = pick->second;
         by_ready.erase(pick);
-        by_ready.insert({b.place(b.make_step(sequences_of(g), groups.block(width, i), g.k)), i});
+        by_ready.insert({b.place(b.make_step(sequences_of(g), groups.block(width, i), g.k, g.ring)), i});
         continue;
       }
       const int n_blocks = groups.block_count(g.sp);
@@ -400,7 +406,7 @@ class dcp_planning {
         const double r = ready + (speeds_.empty() ? 0.0 : length);
         if (r < best_ready) best = blk, best_ready = r;
       }
-      b.place(b.make_step(sequences_of(g), fit_ready >= 0 ? fit : best, g.k));
+      b.place(b.make_step(sequences_of(g), fit_ready >= 0 ? fit : best, g.k, g.ring));
     }
 
     // Fluid: longest first to the least loaded block of the fluid level (GPUs at sp = 1).
@@ -438,7 +444,7 @@ class dcp_planning {
     }
     rebalance(b, groups, sp, on, steps, finish);
     for (int u = 0; u < n; ++u)
-      for (const auto& g : steps[static_cast<std::size_t>(u)]) b.place(b.make_step(sequences_of(g), groups.block(sp, u), g.k));
+      for (const auto& g : steps[static_cast<std::size_t>(u)]) b.place(b.make_step(sequences_of(g), groups.block(sp, u), g.k, g.ring));
     return std::move(b).finish(bounds_, norm);
   }
 
@@ -511,7 +517,7 @@ class dcp_planning {
           const rank_block blk = groups.block(g.sp, i);
           if (std::any_of(busy.begin() + blk.first, busy.begin() + blk.end(), [](char c) { return c != 0; })) continue;
           std::fill(busy.begin() + blk.first, busy.begin() + blk.end(), 1);
-          round_end = std::max(round_end, b.place(b.make_step(sequences_of(g), blk, g.k), round_start));
+          round_end = std::max(round_end, b.place(b.make_step(sequences_of(g), blk, g.k, g.ring), round_start));
           placed = true;
         }
         if (!placed) later.push_back(std::move(g));

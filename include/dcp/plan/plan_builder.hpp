@@ -54,7 +54,6 @@ class plan_builder {
     plan_.method = std::move(method);
     plan_.gpus = cost.gpus();
     plan_.gpus_per_node = cost.gpus_per_node();
-    plan_.tp = tp_of(cost);
     plan_.memory_capacity_bytes = cost.capacity();
   }
 
@@ -69,19 +68,24 @@ class plan_builder {
   double speed_of(rank_block b) const noexcept { return block_speed(plan_.speeds, b); }
   double speed_of(int rank) const noexcept { return speed_of(rank_block{rank, 1}); }
 
-  /// A priced step of `seqs` on `b` with `k` checkpointed blocks, not yet placed in time.
+  /// A priced step of `seqs` on `b` with `k` checkpointed blocks, not yet placed in time, run
+  /// with the smallest ring its size allows (`step_ring_of`).
   plan_step make_step(std::span<const sequence> seqs, rank_block b, int k) const {
+    return make_step(seqs, b, k, step_ring_of(cost_, b.size));
+  }
+  /// `make_step` run with ring `ring` (a `legal_ring` of b.size).
+  plan_step make_step(std::span<const sequence> seqs, rank_block b, int k, int ring) const {
     plan_step st;
     st.ranks = b;
     st.checkpointed_blocks = k;
-    st.ring = step_ring_of(cost_, b.size);
+    st.ring = ring;
     typename C::load_type load{};
     st.sequences.reserve(seqs.size());
     for (const auto& s : seqs) {
       load = load + cost_.load_of(s);
       st.sequences.push_back({s.id, cost_.tokens_of(s), s.frames, s.spatial, 0.0});
     }
-    st.time_s = cost_.time(load, b.size, k);
+    st.time_s = time_with_ring(cost_, load, b.size, k, ring);
     if (!plan_.speeds.empty()) st.time_s /= speed_of(b);
     st.memory_bytes = cost_.memory(load, b.size, k);
     return st;

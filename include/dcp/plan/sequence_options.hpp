@@ -21,12 +21,14 @@
 
 namespace dcp {
 
-/// One feasible way to run a sequence alone: sp GPUs, k checkpointed blocks.
+/// One feasible way to run a sequence alone: sp GPUs, k checkpointed blocks, and the fastest
+/// legal ring for that step (`fastest_ring`; 1 without Ulysses x Ring).
 struct sequence_option {
   int sp = 1;
   int checkpointed_blocks = 0;
   double time_s = 0;
   double memory_bytes = 0;
+  int ring = 1;
   double gpu_seconds() const noexcept { return sp * time_s; }
   friend bool operator==(const sequence_option&, const sequence_option&) = default;
 };
@@ -40,13 +42,16 @@ std::vector<int> legal_sp_sizes(const C& cost) {
   return out;
 }
 
-/// For each legal sp, the fewest checkpointed blocks with which `load` fits alone (if any).
+/// For each legal sp, the fewest checkpointed blocks with which `load` fits alone (if any), run
+/// with its fastest ring (memory does not depend on the ring).
 template <cost_model C>
 std::vector<sequence_option> options_of(const C& cost, const typename C::load_type& load) {
   std::vector<sequence_option> out;
   for (int sp : legal_sp_sizes(cost)) {
-    if (auto k = selective_recompute{}.choose(cost, load, sp))
-      out.push_back({sp, *k, cost.time(load, sp, *k), cost.memory(load, sp, *k)});
+    if (auto k = selective_recompute{}.choose(cost, load, sp)) {
+      const ring_choice r = fastest_ring(cost, load, sp, *k);
+      out.push_back({sp, *k, r.time_s, cost.memory(load, sp, *k), r.ring});
+    }
   }
   return out;
 }
@@ -97,13 +102,12 @@ error infeasible_error(const C& cost, const sequence& s) {
                                      " tokens; use more GPUs or memory, or on_infeasible = skip");
 }
 
-/// Validates the job (cost model, GPU layout) and the batch (positive shapes, unique ids), and splits it into sequences that have at
+/// Validates the cost model (the planner validated the group layout: `planning_context::validate`) and the batch (positive shapes, unique ids), and splits it into sequences that have at
 /// least one feasible option and those that have none, following `policy`.
 template <cost_model C>
 std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence> batch, infeasible_policy policy,
                                          std::vector<skipped_sequence>& skipped) {
   if constexpr (requires { cost.validate(); }) cost.validate();
-  buddy_groups{cost.gpus(), cost.gpus_per_node()}.validate();
   check(!batch.empty(), errc::invalid_argument,
         [] { return std::string("empty batch: a global batch needs at least one sequence"); });
   std::vector<std::int64_t> ids;
@@ -181,7 +185,7 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
     for (double v : speeds) capacity += v;
   }
   struct term {
-    double time, floor;
+    double time, floor, share;  // share: of zero3's per-step floor (`step_floor_share`), 0 without
   };
   std::vector<term> terms;  // every sequence's feasible options, sequence after sequence
   std::vector<std::size_t> first{0};
@@ -190,7 +194,7 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
     double w, t;
   };
   std::vector<priced> seen(count);
-  double work = 0, longest = 0;
+  double work = 0, longest = 0, shares = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
       const priced p = seen[i] = seen[j];
@@ -200,6 +204,7 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
       }
       if (!std::isfinite(p.t)) continue;  // as below
       first.push_back(terms.size());
+      if (p.first < p.last) shares += terms[p.first].share;
       work += p.w;
       longest = std::max(longest, p.t);
       continue;
@@ -207,61 +212,82 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
     const auto& load = load_at(i);
     const std::size_t start = terms.size();
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
+    double share = 0;
+    if constexpr (requires { cost.step_floor_share(load); }) share = cost.step_floor_share(load);
     for (const sequence_option& o : options_at(i)) {
       const double speed = speed_of_sp[log2(o.sp)];
-      const double floor = cost.work_floor(load, o.sp, o.checkpointed_blocks);
-      term x{o.time_s / speed, floor};
+      // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
+      const int sp = o.sp, k = o.checkpointed_blocks;
+      const double floor = least_work_floor(cost, load, sp, k);
+      term x{o.time_s / speed, floor, share};
       // The joint bound takes the tighter packed floor where the cost model has one.
-      if constexpr (requires { cost.packed_work_floor(load, o.sp, o.checkpointed_blocks); })
-        x.floor = std::max(floor, cost.packed_work_floor(load, o.sp, o.checkpointed_blocks));
+      if constexpr (requires { cost.packed_work_floor(load, sp, k); }) {
+        double packed = cost.packed_work_floor(load, sp, k);
+        if constexpr (requires { cost.packed_work_floor(load, sp, k, 1); })
+          for (int r = 2 * step_ring_of(cost, sp); r <= widest_ring_of(cost, sp); r *= 2)
+            packed = std::min(packed, cost.packed_work_floor(load, sp, k, r));
+        x.floor = std::max(floor, packed);
+      }
       terms.push_back(x);
       w = std::min(w, floor), t = std::min(t, x.time);
     }
     seen[i] = {start, terms.size(), w, t};
     if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
     first.push_back(terms.size());
+    shares += share;
     work += w;
     longest = std::max(longest, t);
   }
   batch_bounds out;
-  out.simple_s = std::max(work / capacity, longest);
+  // zero3: no step is shorter than its gather floor, and a step holds at most x_max tokens per
+  // unit, so the batch needs at least sum_i share_i unit-seconds (DESIGN section 3).
+  out.simple_s = std::max({work / capacity, longest, shares / capacity});
 
   // Joint: at T every sequence takes its smallest floor among options no slower than T; that
   // sum only falls as T grows, so sweep T upwards from the longest alone time over the
-  // breakpoints where some sequence gains a cheaper option.
+  // breakpoints where some sequence gains a cheaper option. With zero3 shares, a step's
+  // unit-seconds cover both its members' floors and their shares, so also every mix
+  // lambda floor + (1 - lambda) share; each lambda gives a valid bound and the largest counts.
   const std::size_t n = first.size() - 1;
-  std::vector<double> floor_at(n);
-  struct event {
-    double time;
-    std::size_t seq;
-    double floor;
-  };
-  std::vector<event> later;
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    double w = std::numeric_limits<double>::infinity();
-    for (std::size_t o = first[i]; o < first[i + 1]; ++o)
-      if (terms[o].time <= longest) w = std::min(w, terms[o].floor);
-    for (std::size_t o = first[i]; o < first[i + 1]; ++o)
-      if (terms[o].time > longest && terms[o].floor < w) later.push_back({terms[o].time, i, terms[o].floor});
-    floor_at[i] = w;
-    sum += w;
-  }
-  double joint = std::max(longest, sum / capacity);
-  if (sum / capacity > longest) {
-    std::sort(later.begin(), later.end(), [](const event& a, const event& b) {
-      return a.time != b.time ? a.time < b.time : a.seq != b.seq ? a.seq < b.seq : a.floor < b.floor;
-    });
-    // Below the next breakpoint the sum is constant: T = sum / capacity works if it comes first.
-    for (std::size_t e = 0; e < later.size() && sum / capacity > later[e].time;) {
-      const double at = later[e].time;
-      for (; e < later.size() && later[e].time == at; ++e) {
-        const event& x = later[e];
-        if (x.floor < floor_at[x.seq]) sum -= floor_at[x.seq] - x.floor, floor_at[x.seq] = x.floor;
-      }
-      joint = std::max(at, sum / capacity);
+  auto joint_at = [&](double lambda) {
+    auto floor_of = [&](const term& x) { return lambda == 1 ? x.floor : lambda * x.floor + (1 - lambda) * x.share; };
+    std::vector<double> floor_at(n);
+    struct event {
+      double time;
+      std::size_t seq;
+      double floor;
+    };
+    std::vector<event> later;
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double w = std::numeric_limits<double>::infinity();
+      for (std::size_t o = first[i]; o < first[i + 1]; ++o)
+        if (terms[o].time <= longest) w = std::min(w, floor_of(terms[o]));
+      for (std::size_t o = first[i]; o < first[i + 1]; ++o)
+        if (terms[o].time > longest && floor_of(terms[o]) < w) later.push_back({terms[o].time, i, floor_of(terms[o])});
+      floor_at[i] = w;
+      sum += w;
     }
-  }
+    double joint = std::max(longest, sum / capacity);
+    if (sum / capacity > longest) {
+      std::sort(later.begin(), later.end(), [](const event& a, const event& b) {
+        return a.time != b.time ? a.time < b.time : a.seq != b.seq ? a.seq < b.seq : a.floor < b.floor;
+      });
+      // Below the next breakpoint the sum is constant: T = sum / capacity works if it comes first.
+      for (std::size_t e = 0; e < later.size() && sum / capacity > later[e].time;) {
+        const double at = later[e].time;
+        for (; e < later.size() && later[e].time == at; ++e) {
+          const event& x = later[e];
+          if (x.floor < floor_at[x.seq]) sum -= floor_at[x.seq] - x.floor, floor_at[x.seq] = x.floor;
+        }
+        joint = std::max(at, sum / capacity);
+      }
+    }
+    return joint;
+  };
+  double joint = joint_at(1);
+  if (shares > 0)
+    for (double lambda : {0.75, 0.5, 0.25, 0.0}) joint = std::max(joint, joint_at(lambda));
   out.joint_s = std::max(joint, out.simple_s);  // equal or above in exact arithmetic; this absorbs rounding
   return out;
 }

@@ -99,11 +99,11 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
     const double slow = block_speed(t.speeds, s.ranks);
     const double jitter = jitter_factor(t.jitter, t.seed, batch_index, i);
     const int k = s.checkpointed_blocks;
-    double seconds = t.model.time(load, s.sp(), k);
+    double seconds = time_with_ring(t.model, load, s.sp(), k, s.ring);
     const double memory = t.model.memory(load, s.sp(), k);
     if (memory > t.model.capacity()) {
       out.oom[i] = 1, ++out.oom_steps;
-      seconds = seconds / 3 + t.model.time(load, s.sp(), L);
+      seconds = seconds / 3 + time_with_ring(t.model, load, s.sp(), L, s.ring);
     }
     if (!t.speeds.empty()) seconds /= slow;
     if (t.jitter != 0) seconds *= jitter;
