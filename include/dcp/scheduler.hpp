@@ -100,21 +100,27 @@ struct cost_factory<analytic_cost> {
 template <class Comm>
 struct micro_step {
   std::size_t index = 0;      ///< position of the step in `plan::steps`
-  rank_block ranks;           ///< the step's group (world ranks)
-  int group_rank = 0;         ///< this rank's position in the group (its token shard)
+  rank_block ranks;           ///< the step's group as the plan names it: units (world ranks when tp = 1)
+  int group_rank = 0;         ///< this rank's unit's position in the group (its token shard)
   int checkpointed_blocks = 0;
   double start_s = 0, time_s = 0;  ///< on the cost model's clock
   std::span<const planned_sequence> sequences;  ///< with `loss_weight`
   Comm* group = nullptr;      ///< the group's communicator (cached by the scheduler)
   int ring = 1;               ///< Ulysses x Ring split: sp = ulysses() x ring (DESIGN section 4.3)
-  Comm* ulysses_group = nullptr;  ///< with ring > 1: this rank's Ulysses group (u consecutive ranks)
-  Comm* ring_group = nullptr;     ///< with ring > 1: this rank's ring (ring ranks, u apart)
+  Comm* ulysses_group = nullptr;  ///< with ring > 1 or tp > 1: this rank's Ulysses group (u consecutive units)
+  Comm* ring_group = nullptr;     ///< with ring > 1 or tp > 1: this rank's ring (ring units, u apart)
+  int tp = 1;                     ///< GPUs per unit (DESIGN section 4.2)
+  int tp_rank = 0;                ///< this GPU's rank in its unit's TP group
 
   int sp() const noexcept { return ranks.size; }
   int ulysses() const noexcept { return ranks.size / ring; }
+  /// The GPU ranks of the step: its sp units' sp tp GPUs.
+  rank_block gpus() const noexcept { return {ranks.first * tp, ranks.size * tp}; }
+  /// Every GPU of the step (sp tp of them, in GPU order).
   Comm& comm() const noexcept { return *group; }
-  /// The communicator of the step's Ulysses all-to-alls: the whole group when ring = 1.
-  Comm& ulysses_comm() const noexcept { return ring > 1 ? *ulysses_group : *group; }
+  /// The communicator of the step's Ulysses all-to-alls: the GPUs of this TP rank in the u units
+  /// of this rank's Ulysses group (the whole group when ring = tp = 1).
+  Comm& ulysses_comm() const noexcept { return ulysses_group ? *ulysses_group : *group; }
   /// The communicator `ring_attention_forward`/`_backward` pass K/V blocks over (ring > 1 only).
   Comm& ring_comm() const noexcept { return *ring_group; }
 };
@@ -174,7 +180,7 @@ class scheduler {
  private:
   scheduler(Model model, Comm& world, std::optional<cost_type> cost, scheduler_options options, Policies policies)
       : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
-        cost_(make_cost(std::move(cost))), groups_(world, make_groups()) {
+        cost_(make_cost(std::move(cost))), groups_(world, make_groups(), tp_of(cost_)) {
     // The bundle's cost slot holds the model the scheduler plans with.
     policies_.cost = cost_;
     if constexpr (loss_weighting_planner<planner_type>)
@@ -185,7 +191,13 @@ class scheduler {
     // they were already tuned on their own buckets.
     if constexpr (bucketing_planner<planner_type, bucketing_type>)
       if (policies_.planner.sp == 0) policies_.planner.token_buckets = policies_.bucketing;
-    if (options_.calibration.enabled) start_calibration();
+    if (options_.calibration.enabled) {
+      check(tp() == 1, errc::unsupported, [&] {
+        return "scheduler: calibration fits the tp = 1 model; the cost model has tp = " + std::to_string(tp()) +
+               ", turn calibration off";
+      });
+      start_calibration();
+    }
   }
 
 
@@ -199,6 +211,23 @@ class scheduler {
   Comm& world() const noexcept { return *world_; }
   /// The cached group communicators (creation times, entries).
   const group_cache<Comm, groups_type>& groups() const noexcept { return groups_; }
+
+  /// GPUs per planner unit (the cost model's tensor-parallel size) and the expert-parallel size.
+  int tp() const noexcept { return tp_of(cost_); }
+  int ep() const noexcept { return ep_of(cost_); }
+  /// The run's fixed communicators (DESIGN section 4.4). Collective over the world the first
+  /// time any of them is asked for (every rank must ask at the same point), then cached lookups.
+  /// This GPU's TP group: the tp GPUs of its unit, in GPU order.
+  Comm& tp_group() { return groups_.parallel_groups(ep()).tp; }
+  /// Its expert-parallel group (MoE dispatch and combine): the GPUs of its TP rank in the ep
+  /// consecutive units [e ep, (e + 1) ep) holding its unit.
+  Comm& ep_group() { return groups_.parallel_groups(ep()).expert; }
+  /// Its data-parallel group (the gradient reduction; with zero3 the domain its shards live on):
+  /// the GPU of its TP rank in every unit, N / tp of them.
+  Comm& data_parallel_group() { return groups_.parallel_groups(ep()).data_parallel; }
+  /// The GPUs holding the same expert shard (expert gradients reduce here): its TP rank at its
+  /// position in every EP group, N / (tp ep) of them.
+  Comm& expert_data_parallel_group() { return groups_.parallel_groups(ep()).expert_data_parallel; }
 
   /// Plans a global batch. Pure: no communication, same result on every rank. With calibration
   /// on it is collective instead: every rank's observations of the previous plan are exchanged
@@ -282,9 +311,10 @@ class scheduler {
   /// Collective (creates group communicators the first time a size is used): this rank's
   /// micro-steps of `p`, in execution order.
   std::vector<micro_step<Comm>> steps_for(const dcp::plan& p) {
-    check(p.gpus == world_->size(), errc::mismatch, [&] {
-      return "plan for " + std::to_string(p.gpus) + " GPUs given to a world of " + std::to_string(world_->size()) +
-             " ranks; plan with this scheduler";
+    check(p.gpus * p.tp == world_->size() && p.tp == tp(), errc::mismatch, [&] {
+      return "plan for " + std::to_string(p.gpus) + (p.tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(p.tp)) +
+             " given to a world of " + std::to_string(world_->size()) + " ranks" +
+             (tp() == 1 ? std::string() : " with tp = " + std::to_string(tp())) + "; plan with this scheduler";
     });
     std::vector<int> sizes;
     for (const auto& s : p.steps) sizes.push_back(s.sp());
@@ -292,18 +322,20 @@ class scheduler {
     // Ulysses x Ring splits, the same on every rank (the plan is), smallest first.
     std::vector<std::pair<int, int>> splits;
     for (const auto& s : p.steps)
-      if (s.ring > 1) splits.push_back({s.sp(), s.ring});
+      if (s.ring > 1 || p.tp > 1) splits.push_back({s.sp(), s.ring});
     std::sort(splits.begin(), splits.end());
     splits.erase(std::unique(splits.begin(), splits.end()), splits.end());
     for (const auto& [sp, ring] : splits) groups_.prepare_split(sp, ring);
     std::vector<micro_step<Comm>> out;
-    const int rank = world_->rank();
-    for (std::size_t i : p.steps_of(rank)) {
+    const int unit = world_->rank() / p.tp;
+    for (std::size_t i : p.steps_of(unit)) {
       const auto& s = p.steps[i];
-      out.push_back({i, s.ranks, rank - s.ranks.first, s.checkpointed_blocks, s.start_s, s.time_s,
+      out.push_back({i, s.ranks, unit - s.ranks.first, s.checkpointed_blocks, s.start_s, s.time_s,
                      std::span<const planned_sequence>(s.sequences), &groups_.comm_for(s.ranks)});
-      if (s.ring > 1) {
-        out.back().ring = s.ring;
+      out.back().ring = s.ring;
+      out.back().tp = p.tp;
+      out.back().tp_rank = world_->rank() % p.tp;
+      if (s.ring > 1 || p.tp > 1) {
         out.back().ulysses_group = &groups_.ulysses_for(s.ranks, s.ring);
         out.back().ring_group = &groups_.ring_for(s.ranks, s.ring);
       }
@@ -356,9 +388,10 @@ class scheduler {
     if (!given && !(policies_.cost == cost_type{})) given = policies_.cost;
     if constexpr (buildable_cost<cost_type, Model>)
       if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
-    check(given->gpus() == world_->size(), errc::mismatch, [&] {
-      return "the cost model is for " + std::to_string(given->gpus()) + " GPUs but the world has " +
-             std::to_string(world_->size()) + " ranks; build it for this job";
+    check(given->gpus() * tp_of(*given) == world_->size(), errc::mismatch, [&] {
+      return "the cost model is for " + std::to_string(given->gpus()) +
+             (tp_of(*given) == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(tp_of(*given)) + " GPUs") +
+             " but the world has " + std::to_string(world_->size()) + " ranks; build it for this job";
     });
     return std::move(*given);
   }
@@ -425,7 +458,8 @@ class scheduler {
 
   groups_type make_groups() const {
     groups_type g = policies_.groups;
-    if constexpr (std::is_same_v<groups_type, buddy_groups>) g = buddy_groups{world_->size(), job_device().gpus_per_node};
+    if constexpr (std::is_same_v<groups_type, buddy_groups>)
+      g = buddy_groups{world_->size() / tp(), std::max(1, job_device().gpus_per_node / tp())};
     return g;
   }
 
