@@ -31,6 +31,7 @@
 /// get fewer sp = 1 sequences.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -59,6 +60,38 @@
 namespace dcp {
 
 namespace detail {
+
+/// First fit over many open steps in O(log n) per sequence: a tree over the steps, in the order
+/// they were opened, keeps each range's fewest tokens. A step takes a sequence when their summed
+/// tokens stay within a room (memory grows with the tokens alone); floating-point addition is
+/// monotone, so a range whose fewest tokens do not take it holds no step that does.
+class least_tokens_tree {
+ public:
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  explicit least_tokens_tree(std::size_t capacity) {
+    while (size_ < capacity) size_ *= 2;
+    least_.assign(2 * size_, std::numeric_limits<double>::infinity());
+  }
+  /// Step j was opened or grew to `tokens`.
+  void update(std::size_t j, double tokens) {
+    std::size_t v = size_ + j;
+    least_[v] = tokens;
+    for (v /= 2; v >= 1; v /= 2) least_[v] = std::min(least_[2 * v], least_[2 * v + 1]);
+  }
+  /// The first step s >= from with tokens(s) + tokens <= room; `none` when there is none.
+  std::size_t first(std::size_t from, double tokens, double room) const { return find(1, 0, size_, from, tokens, room); }
+
+ private:
+  std::size_t find(std::size_t v, std::size_t lo, std::size_t hi, std::size_t from, double tokens, double room) const {
+    if (hi <= from || !(least_[v] + tokens <= room)) return none;
+    if (hi - lo == 1) return lo;
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (const std::size_t s = find(2 * v, lo, mid, from, tokens, room); s != none) return s;
+    return find(2 * v + 1, mid, hi, from, tokens, room);
+  }
+  std::size_t size_ = 1;
+  std::vector<double> least_;  // per tree node: the fewest tokens of a step in its range
+};
 
 template <cost_model C, class Recompute>
 class dcp_planning {
@@ -124,6 +157,9 @@ class dcp_planning {
     for (const auto& it : items_) planned_.push_back(it.seq);
     k_pref_.clear();
     for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp).value_or(cost_.blocks()));
+    token_room_.clear();
+    if constexpr (memory_by_tokens)
+      for (std::size_t l = 0; l < sps_.size(); ++l) token_room_.push_back(token_room(l));
     // Once: every candidate plan shares them. Under selective recompute the bounds' options are
     // the items' own.
     if (intra_ && std::is_same_v<Recompute, selective_recompute>)
@@ -197,6 +233,36 @@ class dcp_planning {
     int ring = 1;  // the fastest legal ring for its load
   };
 
+  // A step's memory grows with its load's token count alone (the analytic model's `memory_at`:
+  // static memory plus activations per token), also in floating point, so first fit can skip
+  // every open step with at least as many tokens as one that cannot take a sequence.
+  static constexpr bool memory_by_tokens = requires(const C& c, const load_t& l) {
+    c.memory_at(1)(l, 0);
+    { l.tokens } -> std::convertible_to<double>;
+  };
+
+  /// With `memory_by_tokens`: the most tokens (a double) with which a step on sps_[l] fits at its
+  /// preferred recompute level (-inf when none does). Memory grows with the tokens, so for every
+  /// load `l.tokens <= room` is exactly `memory(l, sp, k) <= capacity`.
+  double token_room(std::size_t l) const {
+    const auto memory = cost_.memory_at(sps_[l]);
+    const int k = k_pref_[l];
+    const double capacity = cost_.capacity();
+    auto fits = [&](std::uint64_t bits) {
+      load_t x{};
+      x.tokens = std::bit_cast<double>(bits);
+      return memory(x, k) <= capacity;
+    };
+    if (!fits(0)) return -std::numeric_limits<double>::infinity();
+    // Non-negative doubles are ordered as their bit patterns: bisect those (+inf never fits).
+    std::uint64_t lo = 0, hi = std::bit_cast<std::uint64_t>(std::numeric_limits<double>::infinity());
+    while (hi - lo > 1) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    return std::bit_cast<double>(lo);
+  }
+
   std::optional<int> choose(const load_t& l, int sp) const {
     if (intra_) return recompute_.choose(cost_, l, sp);
     return full_recompute{}.choose(cost_, l, sp);
@@ -206,12 +272,15 @@ class dcp_planning {
   }
   /// Fits the sp's preferred recompute level (0 blocks under selective recompute).
   bool fits_preferred(const load_t& l, int sp) const { return fits_preferred_on(sp)(l); }
-  /// `fits_preferred(l, sp)` for one sp, with the cost model's per-(sp, k) terms computed once
-  /// where it offers that (`memory_at`): the same comparison of the same values.
+  /// `fits_preferred(l, sp)` for one sp: the load's tokens against the sp's `token_room_` where
+  /// memory grows with them alone, else the memory with the cost model's per-(sp, k) terms
+  /// computed once where it offers that (`memory_at`): the same answer either way.
   auto fits_preferred_on(int sp) const {
     const int k = k_pref_[sp_index(sp)];
     const double capacity = cost_.capacity();
-    if constexpr (requires { cost_.memory_at(sp)(std::declval<const load_t&>(), k); })
+    if constexpr (memory_by_tokens)
+      return [room = token_room_[sp_index(sp)]](const load_t& l) { return l.tokens <= room; };
+    else if constexpr (requires { cost_.memory_at(sp)(std::declval<const load_t&>(), k); })
       return [memory = cost_.memory_at(sp), k, capacity](const load_t& l) { return memory(l, k) <= capacity; };
     else
       return [this, sp, k, capacity](const load_t& l) { return cost_.memory(l, sp, k) <= capacity; };
@@ -320,21 +389,47 @@ class dcp_planning {
     std::vector<step_group> steps;
     const auto fits = fits_preferred_on(sp);
     const int k = k_pref_[sp_index(sp)];
+    // Gang steps also stay within the cap: a merged step must not set the makespan.
+    auto within_cap = [&](const step_group& g, const item& it) {
+      return !capped || fastest_ring(cost_, g.load + it.load, sp, k).time_s <= cap_;
+    };
+    auto join = [&](step_group& g, std::size_t m) {
+      g.members.push_back(m);
+      g.load = g.load + items_[m].load;
+    };
+    // Past the first `direct` open steps, where memory grows with the tokens alone, first fit goes
+    // through a tree over the steps (FFD of long sequences opens many; each would scan them all).
+    constexpr std::size_t direct = 16;
+    std::optional<least_tokens_tree> open;
+    double room = 0;
+    if constexpr (memory_by_tokens) room = token_room_[sp_index(sp)];
     for (std::size_t m : members) {
       const item& it = items_[m];
-      bool placed = false;
+      auto takes = [&](std::size_t j) { return fits(steps[j].load + it.load) && within_cap(steps[j], it); };
+      std::size_t j = steps.size();
       if (fits(it.load)) {
-        for (auto& g : steps) {
-          // Gang steps also stay within the cap: a merged step must not set the makespan.
-          if (fits(g.load + it.load) && (!capped || fastest_ring(cost_, g.load + it.load, sp, k).time_s <= cap_)) {
-            g.members.push_back(m);
-            g.load = g.load + it.load;
-            placed = true;
-            break;
-          }
+        for (j = 0; j < std::min(steps.size(), direct) && !takes(j);) ++j;
+        if (j == direct && open) {
+          // The first that fits from there; past one over the cap, step by step (time prunes no range).
+          j = std::min(open->first(direct, it.load.tokens, room), steps.size());
+          while (j < steps.size() && !takes(j)) ++j;
+        } else {
+          for (; j < steps.size() && !takes(j);) ++j;
         }
       }
-      if (!placed) steps.push_back({{m}, it.load, sp, 0, 0});
+      if (j < steps.size()) {
+        join(steps[j], m);
+      } else {
+        steps.push_back({{m}, it.load, sp, 0, 0});
+      }
+      if constexpr (memory_by_tokens) {
+        if (open) {
+          open->update(j, steps[j].load.tokens);
+        } else if (steps.size() > direct) {
+          open.emplace(members.size());
+          for (std::size_t s = 0; s < steps.size(); ++s) open->update(s, steps[s].load.tokens);
+        }
+      }
     }
     for (auto& g : steps) price(g);
     return steps;
@@ -587,6 +682,7 @@ class dcp_planning {
   std::vector<sequence> planned_;  // items' sequences, sorted by id
   std::vector<int> sps_;
   std::vector<int> k_pref_;
+  std::vector<double> token_room_;  // per legal sp, with memory_by_tokens: `token_room`
   std::vector<std::int64_t> level_cap_;  // per legal sp: tokens of the largest step at the preferred recompute level
   std::size_t fluid_ = 0;                 // index into sps_ of the fluid level
   std::size_t best_fluid_ = 0;            // and the best candidate's
