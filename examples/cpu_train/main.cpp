@@ -3,6 +3,7 @@
 //   dcp-train-cpu --local 4 --steps 20                 # 4 ranks as threads of one process
 //   mpirun -np 4 dcp-train-cpu --steps 20              # 4 MPI processes (built with dcp::mpi)
 //   dcp-train-cpu --local 4 --profile --steps 20       # profile first, then plan with the profile
+//   dcp-train-cpu --local 4 --heads 2 --ring 2         # Ulysses x Ring steps (sp 4 = 2 x 2)
 //
 // Every step prints the loss and the plan: groups (sp x count), micro-steps per rank, recomputed
 // blocks. The trainer is examples/cpu_train/trainer.hpp; the model tiny_transformer.hpp.
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <utility>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,6 +45,7 @@ struct arguments {
   model_config model{.vocab = 32, .hidden = 16, .heads = 8, .mlp = 32, .blocks = 4, .max_len = 2048};
   synthetic_data data{.vocab = 32, .min_len = 8, .max_len = 2048, .seed = 1};
   int sequences = 2000;
+  int ring = 1;  // largest Ulysses x Ring ring a step may use (1: Ulysses only)
   std::int64_t batch_tokens = 0;  // 0: 1024 * ranks
   double fit_tokens = 512;
   bool profile = false;
@@ -57,13 +60,15 @@ struct arguments {
       "usage: dcp-train-cpu [--local R] [--steps N] [--dtype float|double] [--planner dcp|bucket|packed]\n"
       "         [--optimizer sgd|adam] [--lr X] [--hidden H] [--heads A] [--mlp F] [--blocks L] [--vocab V]\n"
       "         [--causal] [--min-len N] [--max-len N] [--sequences N] [--global-batch-tokens N]\n"
-      "         [--fit-tokens N] [--seed S] [--profile] [--profile-budget S]\n"
+      "         [--fit-tokens N] [--seed S] [--ring R] [--profile] [--profile-budget S]\n"
       "         [--profile-out FILE] [--profile-in FILE] [--quiet-plan]\n"
       "         [--calibrate]\n"
       "Without --local the ranks are the MPI processes (mpirun -np R dcp-train-cpu ...).\n"
       "--calibrate: profile, fit dcp::fitted_cost to the profile, train with online calibration, and print each\n"
       "  micro-step's measured time (host clock) against the analytic, profiled, fitted and calibrated models.\n"
       "--fit-tokens: the analytic planner's device holds this many tokens per rank with nothing checkpointed.\n"
+      "--ring R: steps may split sp = u x r with r <= R (a power of two): ring attention passes K/V blocks around\n"
+      "  r ranks, so sp may exceed the heads (analytic planning only; default 1, Ulysses only).\n"
       "--profile: profile this model on this machine first (2-block truncation), then plan with the profile.\n"
       "--profile-budget: seconds of runs after which the profiler stops doubling batches (default 30, 0: no\n"
       "  limit); batch 1 of every length group always runs.\n");
@@ -101,6 +106,7 @@ arguments parse(int argc, char** argv) {
     else if (k == "--global-batch-tokens") a.batch_tokens = integer();
     else if (k == "--fit-tokens") a.fit_tokens = std::stod(value());
     else if (k == "--seed") a.data.seed = std::uint64_t(integer());
+    else if (k == "--ring") a.ring = int(integer());
     else if (k == "--profile") a.profile = true;
     else if (k == "--profile-budget") a.profile_budget = std::stod(value());
     else if (k == "--profile-out") a.profile_out = value();
@@ -116,17 +122,26 @@ arguments parse(int argc, char** argv) {
   if (a.dtype != "float" && a.dtype != "double") usage(2);
   if (a.planner != "dcp" && a.planner != "bucket" && a.planner != "packed") usage(2);
   if (a.optimizer != "sgd" && a.optimizer != "adam") usage(2);
+  if (a.ring < 1 || (a.ring & (a.ring - 1)) != 0) {
+    std::fprintf(stderr, "dcp-train-cpu: --ring %d must be a power of two >= 1\n", a.ring);
+    usage(2);
+  }
+  if (a.ring > 1 && (a.profile || a.calibrate || !a.profile_in.empty())) {
+    std::fprintf(stderr, "dcp-train-cpu: --ring %d plans with the analytic model; profiles and calibration price "
+                         "Ulysses-only steps, drop --ring or --profile/--profile-in/--calibrate\n", a.ring);
+    usage(2);
+  }
   return a;
 }
 
 // One line per step: the loss and what the plan asked of the ranks.
 void print_step(int step, const step_summary& s, int world, int model_blocks, int cost_blocks, double seconds) {
-  std::map<int, int> groups;  // sp -> micro-steps
+  std::map<std::pair<int, int>, int> groups;  // (sp, ring) -> micro-steps
   std::vector<int> per_rank(size_t(world), 0);
   int recomputing = 0;
   std::int64_t recomputed = 0, tokens = 0, sequences = 0;
   for (const auto& st : s.plan.steps) {
-    ++groups[st.sp()];
+    ++groups[{st.sp(), st.ring}];
     for (int r = st.ranks.first; r < st.ranks.end(); ++r) ++per_rank[size_t(r)];
     const int k = map_checkpointed(st.checkpointed_blocks, cost_blocks, model_blocks);
     recomputing += k > 0;
@@ -134,7 +149,12 @@ void print_step(int step, const step_summary& s, int world, int model_blocks, in
     for (const auto& q : st.sequences) tokens += q.tokens, ++sequences;
   }
   std::ostringstream g, r;
-  for (auto [sp, n] : groups) g << (g.tellp() > 0 ? " " : "") << "sp" << sp << "x" << n;
+  for (auto [key, n] : groups) {
+    const auto [sp, ring] = key;
+    g << (g.tellp() > 0 ? " " : "") << "sp" << sp;
+    if (ring > 1) g << "(" << sp / ring << "x" << ring << ")";  // Ulysses x Ring
+    g << "x" << n;
+  }
   for (int v : per_rank) r << (r.tellp() > 0 ? "," : "") << v;
   std::printf("step %3d  loss %.5f  seqs %3lld tokens %6lld | %-22s | micro-steps/rank [%s] | recompute %d steps, "
               "%lld blocks | eff %.2f | %.2f s\n",
@@ -197,7 +217,7 @@ void run_with_planner(Comm& world, const arguments& a) {
     }
   };
   if (!a.profile && a.profile_in.empty() && !a.calibrate) {
-    go(dcp::make_analytic_cost(spec, device, world.size()));
+    go(dcp::make_analytic_cost(spec, device, world.size(), {.ring = a.ring}));
     return;
   }
   // Rank 0 profiles (or reads the file) and broadcasts the JSON, so every rank plans with the same table.

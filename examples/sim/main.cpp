@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--global-batch-tokens", o.global_batch_tokens, "tokens per global batch (default 262144 * N)");
   app.add_option("--seed", o.seed, "seed of the workload, the sampler and seeded planners")->capture_default_str();
-  app.add_option("--plan-out", o.plan_out, "write the plan JSON (dcp.plan/v1) of the first method, all batches");
+  app.add_option("--plan-out", o.plan_out, "write the plan JSON (dcp.plan/v2) of the first method, all batches");
   app.add_option("--trace-out", o.trace_out, "write a Chrome/Perfetto trace of every method");
   app.add_option("--svg-out", o.svg_out, "write an SVG timeline comparing every method");
   app.add_flag("--json", o.json, "print the table as one JSON object");
