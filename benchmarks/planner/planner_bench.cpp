@@ -7,6 +7,9 @@
 // bound / makespan), simple_efficiency (simple bound / makespan), makespan, steps.
 // Targets for dcp on one core (plans are deterministic, the same on every rank):
 // (1024, 16384) <= 10 ms, (8192, 131072) <= 100 ms.
+// plan_latency_layout: dcp at (1024, 16384) of text-longtail with tensor parallelism (tp = 8:
+// 128 planner units) and Ulysses x Ring choices (rings up to 8, each step its fastest ring);
+// target: within 2x of dcp_planner/text at (1024, 16384). Counter ring_steps: steps on a ring.
 
 #include <benchmark/benchmark.h>
 
@@ -68,6 +71,27 @@ void plan_latency(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch.size()));
 }
 
+void plan_latency_layout(benchmark::State& state, const char* model, int tp, int ring) {
+  const int gpus = static_cast<int>(state.range(0));
+  const auto& batch = batch_of("text-longtail", state.range(1));
+  const auto cost = dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus,
+                                            dcp::parallel_layout{.tp = tp, .ring = ring});
+  dcp::plan p;
+  for (auto _ : state) {
+    p = dcp::dcp_planner{}.plan(cost, std::span<const dcp::sequence>(batch));
+    benchmark::DoNotOptimize(p);
+  }
+  double ring_steps = 0;
+  for (const auto& st : p.steps) ring_steps += st.ring > 1;
+  state.counters["gpus"] = gpus;
+  state.counters["sequences"] = static_cast<double>(batch.size());
+  state.counters["efficiency"] = p.efficiency();
+  state.counters["makespan_s"] = p.makespan_s;
+  state.counters["steps"] = static_cast<double>(p.steps.size());
+  state.counters["ring_steps"] = ring_steps;
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch.size()));
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   b->Args({32, 512})->Args({256, 4096})->Args({1024, 16384})->Args({8192, 131072});
   b->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
@@ -86,3 +110,10 @@ BENCHMARK_TEMPLATE(plan_latency, dcp::packed_planner, video)->Apply(sizes);
 BENCHMARK_TEMPLATE(plan_latency, dcp::packed_planner, text)->Apply(sizes);
 BENCHMARK_TEMPLATE(plan_latency, dcp::dynamic_cp_planner, video)->Apply(sizes);
 BENCHMARK_TEMPLATE(plan_latency, dcp::dynamic_cp_planner, text)->Apply(sizes);
+
+BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8, "llama3-70b", 8, 1)
+    ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8_ring8, "llama3-70b", 8, 8)
+    ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_layout, llama3_8b_tp8_ring8, "llama3-8b", 8, 8)
+    ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
