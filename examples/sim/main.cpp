@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ep", o.ep, "expert-parallel size (MoE models): experts shard over this many GPUs")->capture_default_str();
   app.add_option("--ring", o.ring, "largest Ulysses x Ring ring size: sp = ulysses x ring lifts the head cap on sp "
-                                    "(1D self-attention models; 1 = Ulysses only)")
+                                    "(the dcp planner picks each step's ring up to this; 1 = Ulysses only)")
       ->capture_default_str();
   app.add_option("--sharding", o.sharding, "weights/grads/optimizer layout: replicated, zero1 or zero3")
       ->capture_default_str();
