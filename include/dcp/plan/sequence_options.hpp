@@ -187,23 +187,20 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
   struct term {
     double time, floor, share;  // share: of zero3's per-step floor (`step_floor_share`), 0 without
   };
-  std::vector<term> terms;  // every sequence's feasible options, sequence after sequence
-  std::vector<std::size_t> first{0};
+  std::vector<term> terms;  // the feasible options of every sequence that has no twin before it
   struct priced {  // sequence i's terms and its w and t
     std::size_t first, last;
     double w, t;
+    std::size_t owner;  // the first feasible sequence with these terms, as an index into `ranges`
   };
+  std::vector<priced> ranges;  // per feasible sequence, in order: its terms (twins share them)
   std::vector<priced> seen(count);
   double work = 0, longest = 0, shares = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
       const priced p = seen[i] = seen[j];
-      for (std::size_t o = p.first; o < p.last; ++o) {
-        const term x = terms[o];
-        terms.push_back(x);
-      }
       if (!std::isfinite(p.t)) continue;  // as below
-      first.push_back(terms.size());
+      ranges.push_back(p);
       if (p.first < p.last) shares += terms[p.first].share;
       work += p.w;
       longest = std::max(longest, p.t);
@@ -231,9 +228,9 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
       terms.push_back(x);
       w = std::min(w, floor), t = std::min(t, x.time);
     }
-    seen[i] = {start, terms.size(), w, t};
+    seen[i] = {start, terms.size(), w, t, ranges.size()};
     if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
-    first.push_back(terms.size());
+    ranges.push_back(seen[i]);
     shares += share;
     work += w;
     longest = std::max(longest, t);
@@ -248,7 +245,7 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
   // breakpoints where some sequence gains a cheaper option. With zero3 shares, a step's
   // unit-seconds cover both its members' floors and their shares, so also every mix
   // lambda floor + (1 - lambda) share; each lambda gives a valid bound and the largest counts.
-  const std::size_t n = first.size() - 1;
+  const std::size_t n = ranges.size();
   auto joint_at = [&](double lambda) {
     auto floor_of = [&](const term& x) { return lambda == 1 ? x.floor : lambda * x.floor + (1 - lambda) * x.share; };
     std::vector<double> floor_at(n);
@@ -260,10 +257,15 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
     std::vector<event> later;
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) {
+      const priced& r = ranges[i];
       double w = std::numeric_limits<double>::infinity();
-      for (std::size_t o = first[i]; o < first[i + 1]; ++o)
-        if (terms[o].time <= longest) w = std::min(w, floor_of(terms[o]));
-      for (std::size_t o = first[i]; o < first[i + 1]; ++o)
+      if (r.owner < i) {  // a twin: its owner's floor, not yet lowered (the sweep comes after)
+        w = floor_at[r.owner];
+      } else {
+        for (std::size_t o = r.first; o < r.last; ++o)
+          if (terms[o].time <= longest) w = std::min(w, floor_of(terms[o]));
+      }
+      for (std::size_t o = r.first; o < r.last; ++o)
         if (terms[o].time > longest && floor_of(terms[o]) < w) later.push_back({terms[o].time, i, floor_of(terms[o])});
       floor_at[i] = w;
       sum += w;
