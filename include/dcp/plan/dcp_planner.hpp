@@ -298,7 +298,12 @@ class dcp_planning {
 
   /// Step 2: most GPU-efficient option, and the fair share of the batch per GPU.
   void choose_sp() {
-    for (auto& it : items_) {
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      item& it = items_[i];
+      if (twin_[i] < i) {  // its shape's options: its shape's pick
+        it.choice = it.base = items_[twin_[i]].base;
+        continue;
+      }
       std::size_t best = 0;
       for (std::size_t o = 1; o < it.options.size(); ++o)
         if (it.options[o].gpu_seconds() < it.options[best].gpu_seconds()) best = o;
@@ -310,9 +315,9 @@ class dcp_planning {
       level_cap_.push_back(std::max<std::int64_t>(1, step_token_capacity(cost_, sps_[l], k_pref_[l])));
     fluid_ = 0;
     double total = 0;
-    for (auto& it : items_) {
-      estimate(it);
-      total += it.estimate;
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      estimate_at(i);
+      total += items_[i].estimate;
     }
     double capacity = cost_.gpus();
     if (!speeds_.empty()) {
@@ -331,7 +336,8 @@ class dcp_planning {
     cap_ = cap;
     const bool relevel = fluid != fluid_;
     fluid_ = fluid;
-    for (auto& it : items_) {
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      item& it = items_[i];
       const std::size_t was = it.choice;
       it.choice = it.base;
       if (it.options[it.choice].time_s > cap) {
@@ -347,8 +353,17 @@ class dcp_planning {
       if (sp_of(it) < sps_[fluid_] || (uniform && sp_of(it) > sps_[fluid_]))
         for (std::size_t o = 0; o < it.options.size(); ++o)
           if (it.options[o].sp == sps_[fluid_]) it.choice = o;
-      if (it.choice != was || relevel) estimate(it);
+      if (it.choice != was || relevel) estimate_at(i);
     }
+  }
+  /// `estimate(items_[i])`, copied from the first item of its shape when that runs the same
+  /// option (its estimate is current: passes go in item order).
+  void estimate_at(std::size_t i) {
+    item& it = items_[i];
+    if (const item& twin = items_[twin_[i]]; twin_[i] < i && twin.choice == it.choice)
+      it.estimate = twin.estimate;
+    else
+      estimate(it);
   }
   /// GPU-seconds of an item; on the fluid level, as a share of a full step of its copies.
   void estimate(item& it) const {
