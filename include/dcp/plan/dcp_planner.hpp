@@ -116,20 +116,24 @@ class dcp_planning {
     items_.reserve(seqs.size());
     shape_options_.clear();
     twin_.clear();
-    // Sequences of one shape share their options (batches repeat a few shapes many times).
-    // Sorted by value (shape, then index): a total order, and no indirection while sorting.
-    struct shape_key {
-      std::int64_t frames, spatial;
-      std::size_t index;
-      auto operator<=>(const shape_key&) const = default;
-    };
-    std::vector<shape_key> by_shape(seqs.size());
-    for (std::size_t i = 0; i < seqs.size(); ++i) by_shape[i] = {seqs[i].frames, seqs[i].spatial, i};
-    std::sort(by_shape.begin(), by_shape.end());
+    // Sequences of one shape share their options (batches repeat a few shapes many times):
+    // same_as[i] is the first sequence of i's shape, found in a table keyed by shape (open
+    // addressing; the answer does not depend on where a shape lands in it).
     std::vector<std::size_t> same_as(seqs.size());
-    for (std::size_t j = 0; j < by_shape.size(); ++j) {
-      const std::size_t i = by_shape[j].index, prev = j > 0 ? by_shape[j - 1].index : i;
-      same_as[i] = j > 0 && seqs[prev].frames == seqs[i].frames && seqs[prev].spatial == seqs[i].spatial ? same_as[prev] : i;
+    {
+      std::size_t slots = 2;
+      while (slots < 2 * seqs.size()) slots *= 2;
+      std::vector<std::size_t> first_of(slots, seqs.size());
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        const sequence& s = seqs[i];
+        std::uint64_t h = static_cast<std::uint64_t>(s.frames) * 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(s.spatial);
+        h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9ull;
+        std::size_t slot = static_cast<std::size_t>(h ^ (h >> 29)) & (slots - 1);
+        for (; first_of[slot] != seqs.size(); slot = (slot + 1) & (slots - 1))
+          if (seqs[first_of[slot]].frames == s.frames && seqs[first_of[slot]].spatial == s.spatial) break;
+        if (first_of[slot] == seqs.size()) first_of[slot] = i;
+        same_as[i] = first_of[slot];
+      }
     }
     std::vector<std::size_t> item_of(seqs.size(), seqs.size());  // sequence -> its item, once priced
     for (std::size_t i = 0; i < seqs.size(); ++i) {
