@@ -261,7 +261,7 @@ TEST(PlanJson, RecordsTpAndUlyssesTimesRingAndReadsV1) {
   EXPECT_EQ(old.tp, 1);
   EXPECT_EQ(old.plans[0].tp, 1);
   EXPECT_EQ(old.plans[0].steps, p.steps);
-  for (const json bad : {json(nullptr), json(3), json(0)}) {
+  for (const json& bad : {json(nullptr), json(3), json(0)}) {
     json v2 = j;
     if (bad.is_null()) v2.erase("tp");
     else v2["tp"] = bad;

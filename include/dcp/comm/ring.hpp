@@ -12,6 +12,12 @@
 /// packed micro-step of several sequences (positions then index the packed axis);
 /// `zigzag_tokens` is the balanced one (ring position j holds half-chunks j and 2r - 1 - j).
 /// Host memory only (`host_communicator`).
+///
+/// The circulating blocks (K, V, their positions and segment ids, and in backward the dK/dV
+/// accumulators and the gradients they bring home) are `ring_buffer`s: allocated through
+/// `dcp::counting_allocator`, so a `dcp::memory_counter` installed on the calling thread counts
+/// them (the profiler's peak memory includes them). `ring_forward_peak_bytes` and
+/// `ring_backward_peak_bytes` say how many bytes that is at most.
 
 #include <algorithm>
 #include <cmath>
@@ -25,8 +31,13 @@
 #include <dcp/comm/comm_concepts.hpp>
 #include <dcp/comm/shard.hpp>
 #include <dcp/error.hpp>
+#include <dcp/profile/memory_counter.hpp>
 
 namespace dcp {
+
+/// A block that travels around the ring (counted by the thread's `memory_counter`, if any).
+template <class T>
+using ring_buffer = std::vector<T, counting_allocator<T>>;
 
 /// The token positions ring position `j` of `r` holds under zig-zag: half-chunks j and
 /// 2r - 1 - j of the sequence's 2r near-equal half-chunks, so each position's causal work is
@@ -96,8 +107,8 @@ inline void check_segments(std::span<const std::int64_t> segments, std::int64_t 
 // Whether query row i attends key j of the block held (positions kpos, segments kseg).
 inline auto mask(const ring_attention_shape& s, std::span<const std::int64_t> positions,
                  std::span<const std::int64_t> segments) {
-  return [causal = s.causal, positions, segments](std::int64_t i, const std::vector<std::int64_t>& kpos,
-                                                   const std::vector<std::int64_t>& kseg, std::int64_t j) {
+  return [causal = s.causal, positions, segments](std::int64_t i, const ring_buffer<std::int64_t>& kpos,
+                                                   const ring_buffer<std::int64_t>& kseg, std::int64_t j) {
     const auto a = static_cast<std::size_t>(i), b = static_cast<std::size_t>(j);
     if (!segments.empty() && kseg[b] != segments[a]) return false;
     return !causal || kpos[b] <= positions[a];
@@ -123,12 +134,12 @@ void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
   detail::check_segments(segments, n, "ring_attention_forward");
   const bool by_segment = !segments.empty();
-  std::vector<std::int64_t> kseg(segments.begin(), segments.end());
   const auto attends = detail::mask(s, positions, segments);
   std::vector<T> m(static_cast<std::size_t>(n * H), -std::numeric_limits<T>::infinity()), l(m.size(), T(0));
   std::vector<T> acc(q.size(), T(0));
-  std::vector<std::int64_t> kpos(positions.begin(), positions.end());
-  std::vector<T> kb(k.begin(), k.end()), vb(v.begin(), v.end());
+  // The block held now (this rank's own first); the ring passes it on, one hop per step.
+  ring_buffer<std::int64_t> kpos(positions.begin(), positions.end()), kseg(segments.begin(), segments.end());
+  ring_buffer<T> kb(k.begin(), k.end()), vb(v.begin(), v.end());
   for (int step = 0; step < r; ++step) {
     const std::int64_t kn = static_cast<std::int64_t>(kpos.size());
     for (std::int64_t i = 0; i < n; ++i)
@@ -159,13 +170,13 @@ void ring_attention_forward(Comm& ring, const ring_attention_shape& s, std::span
     // The block of ring rank (me - step - 1) arrives from the previous rank.
     const int from = (me + r - step - 1) % r;
     const std::int64_t in_n = rows[static_cast<std::size_t>(from)];
-    std::vector<std::int64_t> pin(static_cast<std::size_t>(in_n));
-    std::vector<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
+    ring_buffer<std::int64_t> pin(static_cast<std::size_t>(in_n));
+    ring_buffer<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
     detail::ring_shift(ring, std::span<const std::int64_t>(kpos), std::span<std::int64_t>(pin), 4 * step);
     detail::ring_shift(ring, std::span<const T>(kb), std::span<T>(kin), 4 * step + 1);
     detail::ring_shift(ring, std::span<const T>(vb), std::span<T>(vin), 4 * step + 2);
     if (by_segment) {
-      std::vector<std::int64_t> sin(pin.size());
+      ring_buffer<std::int64_t> sin(pin.size());
       detail::ring_shift(ring, std::span<const std::int64_t>(kseg), std::span<std::int64_t>(sin), 4 * step + 3);
       kseg.swap(sin);
     }
@@ -211,8 +222,8 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
     for (std::int64_t d = 0; d < D; ++d) delta[static_cast<std::size_t>(i)] += d_out[i * D + d] * out[i * D + d];
   std::fill(dq.begin(), dq.end(), T(0));
   // Adds the block (kpos, kb, vb)'s contributions to dq and to its accumulators (dkb, dvb).
-  auto fold = [&](const std::vector<std::int64_t>& kpos, const std::vector<std::int64_t>& kseg,
-                  const std::vector<T>& kb, const std::vector<T>& vb, std::vector<T>& dkb, std::vector<T>& dvb) {
+  auto fold = [&](const ring_buffer<std::int64_t>& kpos, const ring_buffer<std::int64_t>& kseg, const ring_buffer<T>& kb,
+                  const ring_buffer<T>& vb, std::span<T> dkb, std::span<T> dvb) {
     const std::int64_t kn = static_cast<std::int64_t>(kpos.size());
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t h = 0; h < H; ++h) {
@@ -238,28 +249,30 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
         }
       }
   };
-  std::vector<std::int64_t> kpos(positions.begin(), positions.end()), kseg(segments.begin(), segments.end());
-  std::vector<T> kb(k.begin(), k.end()), vb(v.begin(), v.end());
-  std::vector<T> own_dk(q.size(), T(0)), own_dv(q.size(), T(0));
-  fold(kpos, kseg, kb, vb, own_dk, own_dv);
+  ring_buffer<std::int64_t> kpos(positions.begin(), positions.end()), kseg(segments.begin(), segments.end());
+  ring_buffer<T> kb(k.begin(), k.end()), vb(v.begin(), v.end());
+  // This rank's own block accumulates straight into dk, dv.
+  std::fill(dk.begin(), dk.end(), T(0));
+  std::fill(dv.begin(), dv.end(), T(0));
+  fold(kpos, kseg, kb, vb, dk, dv);
   // The accumulators of the block held now; empty until the first remote block arrives.
-  std::vector<T> dkb, dvb;
+  ring_buffer<T> dkb, dvb;
   for (int step = 1; step < r; ++step) {
     const int from = (me + r - step) % r;  // owner of the block arriving now
     const std::int64_t in_n = rows[static_cast<std::size_t>(from)];
-    std::vector<std::int64_t> pin(static_cast<std::size_t>(in_n));
-    std::vector<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
+    ring_buffer<std::int64_t> pin(static_cast<std::size_t>(in_n));
+    ring_buffer<T> kin(static_cast<std::size_t>(in_n * H * D)), vin(kin.size());
     const int tag = 6 * step;
     detail::ring_shift(ring, std::span<const std::int64_t>(kpos), std::span<std::int64_t>(pin), tag);
     detail::ring_shift(ring, std::span<const T>(kb), std::span<T>(kin), tag + 1);
     detail::ring_shift(ring, std::span<const T>(vb), std::span<T>(vin), tag + 2);
-    std::vector<T> dkin(kin.size(), T(0)), dvin(kin.size(), T(0));
+    ring_buffer<T> dkin(kin.size(), T(0)), dvin(kin.size(), T(0));
     if (step >= 2) {  // the accumulators travel one hop behind the block's first visit
       detail::ring_shift(ring, std::span<const T>(dkb), std::span<T>(dkin), tag + 3);
       detail::ring_shift(ring, std::span<const T>(dvb), std::span<T>(dvin), tag + 4);
     }
     if (by_segment) {
-      std::vector<std::int64_t> sin(pin.size());
+      ring_buffer<std::int64_t> sin(pin.size());
       detail::ring_shift(ring, std::span<const std::int64_t>(kseg), std::span<std::int64_t>(sin), tag + 5);
       kseg.swap(sin);
     }
@@ -267,13 +280,50 @@ void ring_attention_backward(Comm& ring, const ring_attention_shape& s, std::spa
     fold(kpos, kseg, kb, vb, dkb, dvb);
   }
   if (r > 1) {  // the last hop takes every accumulator home: this rank receives its own block's
-    std::vector<T> dk_home(q.size()), dv_home(q.size());
+    ring_buffer<T> dk_home(q.size()), dv_home(q.size());
     detail::ring_shift(ring, std::span<const T>(dkb), std::span<T>(dk_home), 6 * r);
     detail::ring_shift(ring, std::span<const T>(dvb), std::span<T>(dv_home), 6 * r + 1);
-    for (std::size_t e = 0; e < own_dk.size(); ++e) own_dk[e] += dk_home[e], own_dv[e] += dv_home[e];
+    for (std::size_t e = 0; e < dk.size(); ++e) dk[e] += dk_home[e], dv[e] += dv_home[e];
   }
-  std::copy(own_dk.begin(), own_dk.end(), dk.begin());
-  std::copy(own_dv.begin(), own_dv.end(), dv.begin());
+}
+
+/// Bytes of one block of `rows` tokens as it circulates: K and V (`bytes_per_value` each per
+/// element), positions and, with segments, segment ids (8 bytes each per token).
+inline double ring_block_bytes(std::int64_t rows, const ring_attention_shape& s, std::size_t bytes_per_value,
+                               bool segments) {
+  return static_cast<double>(rows) *
+         (2.0 * static_cast<double>(s.heads * s.head_dim * static_cast<std::int64_t>(bytes_per_value)) + 8.0 +
+          (segments ? 8.0 : 0.0));
+}
+
+/// The most `ring_buffer` bytes `ring_attention_forward` holds at once on ring rank `me`, whose
+/// ranks hold `rows` tokens each: the block it holds and the one arriving, the largest pair over
+/// its r - 1 hops (a ring of one rank passes nothing and holds only its own block's copy).
+inline double ring_forward_peak_bytes(std::span<const std::int64_t> rows, int me, const ring_attention_shape& s,
+                                      std::size_t bytes_per_value, bool segments) {
+  const int r = static_cast<int>(rows.size());
+  auto block = [&](int rank) { return ring_block_bytes(rows[static_cast<std::size_t>((rank % r + r) % r)], s, bytes_per_value, segments); };
+  double peak = block(me);
+  for (int step = 0; step + 1 < r; ++step) peak = std::max(peak, block(me - step) + block(me - step - 1));
+  return peak;
+}
+
+/// The same for `ring_attention_backward`: at hop k the held block with its accumulators (none
+/// before the first hop) and the arriving block with its accumulators; after the last hop the
+/// held block, its accumulators and the gradients they bring home.
+inline double ring_backward_peak_bytes(std::span<const std::int64_t> rows, int me, const ring_attention_shape& s,
+                                       std::size_t bytes_per_value, bool segments) {
+  const int r = static_cast<int>(rows.size());
+  auto at = [&](int rank) { return rows[static_cast<std::size_t>((rank % r + r) % r)]; };
+  auto block = [&](int rank) { return ring_block_bytes(at(rank), s, bytes_per_value, segments); };
+  auto grads = [&](int rank) {
+    return 2.0 * static_cast<double>(at(rank) * s.heads * s.head_dim * static_cast<std::int64_t>(bytes_per_value));
+  };
+  double peak = block(me);
+  for (int step = 1; step < r; ++step)
+    peak = std::max(peak, block(me - step + 1) + (step >= 2 ? grads(me - step + 1) : 0.0) + block(me - step) + grads(me - step));
+  if (r > 1) peak = std::max(peak, block(me - r + 1) + grads(me - r + 1) + grads(me));
+  return peak;
 }
 
 }  // namespace dcp
