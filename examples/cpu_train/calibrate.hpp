@@ -1,13 +1,22 @@
 #pragma once
 /// \file
 /// `dcp-train-cpu --calibrate`: plans with online calibration (`scheduler_options::calibration`,
-/// prior: `dcp::fitted_cost` fitted to this machine's profile), measures every micro-step with
-/// the host clock (steady_clock around forward+backward, so a gang step includes waiting for its
-/// peers), observes it, and compares four models' predictions on rank 0's micro-steps: the
-/// analytic model (the scaled CPU device), the dual-layer profiled model, the fit to the profile,
-/// and the online-calibrated model. Every prediction is made before its step ran (a plan's
-/// calibrated model saw only earlier steps; the others never see training steps), so every
-/// step is held out.
+/// prior: `dcp::fitted_cost` fitted to this machine's profile), measures every micro-step and
+/// observes it, and compares four models' predictions on rank 0's micro-steps: the analytic
+/// model (the scaled CPU device), the dual-layer profiled model, the fit to the profile, and the
+/// online-calibrated model.
+///
+/// What is measured: each rank's thread CPU time (CLOCK_THREAD_CPUTIME_ID) around its
+/// forward+backward, the profile with the same clock (`thread_cpu_meter`). Two ranks share two
+/// cores with whatever else runs, so wall-clock time mostly measures the neighbours; CPU time
+/// is the rank's own work (compute and the copies of its collectives), not the time it slept
+/// in a collective waiting for its peer. The gang's step time is still its slowest member's (the
+/// calibrator takes the largest report). Wall-clock time is printed beside it. Peak memory is the
+/// static bytes plus the activation peak of the thread's `dcp::memory_counter`.
+///
+/// Held out: every prediction is made before its step ran (prequential): the calibrated model of
+/// global batch i was fitted on the profile and batches 0..i-1, the others never see a training
+/// step.
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +33,7 @@
 #include <dcp/policies.hpp>
 #include <dcp/scheduler.hpp>
 
+#include "profile_step.hpp"
 #include "trainer.hpp"
 
 namespace cpu_train {
@@ -45,11 +55,12 @@ inline double median_abs_error(const std::vector<prediction_row>& rows, double p
 }
 
 /// Trains `steps` global batches with calibration on (see the file comment); rank 0 prints one
-/// line per micro-step and the median absolute error per model.
+/// line per micro-step and the median absolute error per model, and writes every one of its
+/// micro-steps (the fit's features, what it measured, what each model predicted) to `csv` when set.
 template <class T, class Comm, class Data>
 void train_calibrated(Comm& world, const model_config& mc, const Data& data, int sequences, int steps,
                       std::int64_t batch_tokens, optimizer_config oc, const dcp::analytic_cost& analytic,
-                      const dcp::profiled_cost& profiled, const dcp::fitted_cost& fitted) {
+                      const dcp::profiled_cost& profiled, const dcp::fitted_cost& fitted, const std::string& csv = {}) {
   using policies = dcp::policies<dcp::fitted_cost, dcp::dcp_planner>;
   dcp::scheduler_options o;
   o.device = analytic.device;
@@ -59,19 +70,28 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
   sched.set_dataset(data.make(sequences));
   tiny_transformer<T> model(mc);
   optimizer<T> opt(oc, model.params().size());
+  const double fixed_bytes = static_bytes<T>(mc);
   const bool root = world.rank() == 0;
+  std::FILE* out = nullptr;
+  if (root && !csv.empty()) {
+    out = std::fopen(csv.c_str(), "w");
+    dcp::check(out != nullptr, dcp::errc::invalid_argument, [&] { return "--calibrate-csv: cannot write " + csv; });
+    std::fprintf(out, "step,index,sp,k,tokens,attention,f_linear,f_attention,f_intra,f_inter,f_message,f_block,wall_s,"
+                      "cpu_s,peak_bytes,analytic_s,profiled_s,fitted_s,calibrated_s,calibrated_bytes,margin\n");
+  }
   if (root)
-    std::printf("dcp-train-cpu --calibrate: %d ranks; host wall-clock (steady_clock) of each micro-step's "
-                "forward+backward on rank 0, and each model's prediction (ms)\n"
-                "%-9s %3s %3s %7s %11s %11s %11s %11s %11s\n",
-                world.size(), "step", "sp", "k", "tokens", "measured", "analytic", "profiled", "fitted", "calibrated");
+    std::printf("dcp-train-cpu --calibrate: %d ranks; rank 0's thread CPU time of each micro-step's forward+backward "
+                "(wall clock beside it), each model's prediction (ms), measured and calibrated peak memory (MB)\n"
+                "%-9s %3s %3s %7s %9s %10s %10s %10s %10s %10s %7s %7s\n",
+                world.size(), "step", "sp", "k", "tokens", "wall", "measured", "analytic", "profiled", "fitted",
+                "calibrated", "peak", "pred");
   std::vector<prediction_row> rows;
   for (int i = 0; i < steps; ++i) {
     const auto batch = sched.sampler().next();
     const auto s = train_step(sched, model, opt, data, batch.sequences);
     const auto& cal = *sched.calibration();  // the model this step's plan was made with
-    for (const auto& [index, seconds] : s.timed) {
-      const auto& st = s.plan.steps[index];
+    for (const auto& ts : s.timed) {
+      const auto& st = s.plan.steps[ts.index];
       dcp::analytic_load l{};
       dcp::profiled_load pl{};
       std::int64_t tokens = 0;
@@ -83,21 +103,32 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
       double speed = 1;
       if (!cal.speeds().empty())
         for (int r = st.ranks.first; r < st.ranks.end(); ++r) speed = std::min(speed, cal.speeds()[std::size_t(r)]);
-      const prediction_row row{i, seconds, analytic.time(l, sp, k), profiled.time(pl, sp, k), fitted.time(l, sp, k),
+      const double peak = fixed_bytes + ts.activation_bytes;
+      const prediction_row row{i, ts.cpu_s, analytic.time(l, sp, k), profiled.time(pl, sp, k), fitted.time(l, sp, k),
                                cal.model().time(l, sp, k) / speed};
       if (root) {
         rows.push_back(row);
-        std::printf("%4d.%-4zu %3d %3d %7lld %11.3f %11.3f %11.3f %11.3f %11.3f\n", i, index, sp, k, (long long)tokens,
-                    1e3 * row.measured, 1e3 * row.analytic, 1e3 * row.profiled, 1e3 * row.fitted, 1e3 * row.calibrated);
+        const double pred_bytes = cal.model().memory(l, sp, k);
+        std::printf("%4d.%-4zu %3d %3d %7lld %9.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.3f %7.3f\n", i, ts.index, sp, k,
+                    (long long)tokens, 1e3 * ts.wall_s, 1e3 * row.measured, 1e3 * row.analytic, 1e3 * row.profiled,
+                    1e3 * row.fitted, 1e3 * row.calibrated, peak / 1e6, pred_bytes / 1e6);
+        if (out) {
+          const auto f = fitted.time_features(l, sp, k);
+          std::fprintf(out, "%d,%zu,%d,%d,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n",
+                       i, ts.index, sp, k, (long long)tokens, l.attention, f[0], f[1], f[2], f[3], f[4], f[5], ts.wall_s,
+                       ts.cpu_s, peak, row.analytic, row.profiled, row.fitted, row.calibrated, pred_bytes,
+                       cal.model().memory_margin);
+        }
       }
-      sched.observe(index, seconds);
+      sched.observe(ts.index, ts.cpu_s, peak);
     }
-    if (root) std::printf("step %3d  loss %.5f\n", i, s.loss);
+    if (root) std::printf("step %3d  loss %.5f  planned with memory margin %.4f\n", i, s.loss, cal.model().memory_margin);
   }
+  if (out) std::fclose(out);
   if (!root) return;
   const int half = steps / 2;
-  std::printf("median absolute error of predicted micro-step time (ms) over rank 0's %zu micro-steps (all held out):\n"
-              "  %-11s %10s %14s\n",
+  std::printf("median absolute error of predicted micro-step time (ms) over rank 0's %zu micro-steps (each predicted "
+              "before it ran):\n  %-11s %10s %14s\n",
               rows.size(), "model", "all steps", "second half");
   const std::pair<const char*, double prediction_row::*> models[] = {{"analytic", &prediction_row::analytic},
                                                                      {"profiled", &prediction_row::profiled},

@@ -53,6 +53,7 @@ struct arguments {
   std::string profile_out, profile_in;
   bool quiet_plan = false;
   bool calibrate = false;  // profile, fit, then plan with online calibration (calibrate.hpp)
+  std::string calibrate_csv;  // rank 0's measured micro-steps and predictions, one CSV row each
 };
 
 [[noreturn]] void usage(int code) {
@@ -62,10 +63,11 @@ struct arguments {
       "         [--causal] [--min-len N] [--max-len N] [--sequences N] [--global-batch-tokens N]\n"
       "         [--fit-tokens N] [--seed S] [--ring R] [--profile] [--profile-budget S]\n"
       "         [--profile-out FILE] [--profile-in FILE] [--quiet-plan]\n"
-      "         [--calibrate]\n"
+      "         [--calibrate] [--calibrate-csv FILE]\n"
       "Without --local the ranks are the MPI processes (mpirun -np R dcp-train-cpu ...).\n"
       "--calibrate: profile, fit dcp::fitted_cost to the profile, train with online calibration, and print each\n"
-      "  micro-step's measured time (host clock) against the analytic, profiled, fitted and calibrated models.\n"
+      "  micro-step's measured time (thread CPU time; the profile too) against the analytic, profiled, fitted and\n"
+      "  calibrated models. --calibrate-csv FILE: also write rank 0's micro-steps (features, times, predictions).\n"
       "--fit-tokens: the analytic planner's device holds this many tokens per rank with nothing checkpointed.\n"
       "--ring R: steps may split sp = u x r with r <= R (a power of two): ring attention passes K/V blocks around\n"
       "  r ranks, so sp may exceed the heads (analytic planning only; default 1, Ulysses only).\n"
@@ -113,6 +115,7 @@ arguments parse(int argc, char** argv) {
     else if (k == "--profile-in") a.profile_in = value();
     else if (k == "--quiet-plan") a.quiet_plan = true;
     else if (k == "--calibrate") a.calibrate = true;
+    else if (k == "--calibrate-csv") a.calibrate_csv = value();
     else {
       std::fprintf(stderr, "dcp-train-cpu: unknown option %s\n", k.c_str());
       usage(2);
@@ -229,9 +232,14 @@ void run_with_planner(Comm& world, const arguments& a) {
       dcp::check(bool(in), dcp::errc::invalid_argument, [&] { return "cannot open profile " + a.profile_in; });
       table = dcp::read_profile(in, a.profile_in);
     } else {
-      table = profile_cpu_model<T>(a.model, a.data, world.size(), cpu_capacity<T>(a.model, a.fit_tokens), true,
-                                   a.sequences, 8, a.profile_budget);
-      print_profile_report(table, check_extrapolation<T>(a.model, a.data, table));
+      // --calibrate measures its steps in thread CPU time (calibrate.hpp), so its profile does too.
+      const double capacity = cpu_capacity<T>(a.model, a.fit_tokens);
+      table = a.calibrate ? profile_cpu_model<T>(a.model, a.data, world.size(), capacity, true, a.sequences, 8,
+                                                 a.profile_budget, nullptr, thread_cpu_meter{})
+                          : profile_cpu_model<T>(a.model, a.data, world.size(), capacity, true, a.sequences, 8,
+                                                 a.profile_budget);
+      print_profile_report(table, a.calibrate ? check_extrapolation<T>(a.model, a.data, table, 4, thread_cpu_meter{})
+                                              : check_extrapolation<T>(a.model, a.data, table));
       if (!a.profile_out.empty()) {
         std::ofstream out(a.profile_out);
         dcp::write_profile(out, table);
@@ -254,7 +262,7 @@ void run_with_planner(Comm& world, const arguments& a) {
     if (world.rank() == 0) std::cout << "fitted to the profile's " << table.entries.size() << " entries: " << fitted << "\n";
     train_calibrated<T>(world, a.model, a.data, a.sequences, a.steps, a.batch_tokens,
                         {a.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam, a.lr}, analytic,
-                        dcp::make_profiled_cost(table, spec, device.name, world.size()), fitted);
+                        dcp::make_profiled_cost(table, spec, device.name, world.size()), fitted, a.calibrate_csv);
     return;
   }
   auto profiled = dcp::make_profiled_cost(std::move(table), spec, device.name, world.size());

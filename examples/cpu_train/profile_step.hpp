@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <span>
@@ -61,13 +62,27 @@ void run_point(const tiny_transformer<T>& model, const synthetic_data& data, std
   dcp::local_world::run(sp, [&](dcp::local_comm& c) { body(c.rank(), &c); });
 }
 
+/// `host_meter` with the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID) instead of the
+/// steady clock: rank 0's own compute, not the time it slept waiting for a peer or lost to other
+/// processes on shared cores. `dcp-train-cpu --calibrate` profiles and measures its steps with it.
+struct thread_cpu_meter {
+  dcp::profile_measurement measure(const std::function<void()>& fn) const {
+    dcp::memory_counter counter;
+    dcp::memory_scope scope(counter);
+    const double t0 = thread_cpu_seconds();
+    fn();
+    return {thread_cpu_seconds() - t0, double(counter.peak_bytes())};
+  }
+};
+static_assert(dcp::profile_meter<thread_cpu_meter>);
+
 /// Profiles the model on the data's length groups (geometric, x2 from 32 tokens) for `world`
 /// ranks and `capacity` bytes per rank; the batch-doubling pass stops after `budget_s` seconds of
 /// runs (0: no limit). `report` (when set) gets what was measured and what left to extrapolation.
-template <class T>
+template <class T, dcp::profile_meter Meter = dcp::host_meter>
 dcp::profile_table profile_cpu_model(const model_config& c, const synthetic_data& data, int world, double capacity,
                                      bool progress, int sequences = 2000, int max_batch = 8, double budget_s = 0,
-                                     dcp::profile_report* report = nullptr) {
+                                     dcp::profile_report* report = nullptr, Meter meter = {}) {
   model_config one = c, two = c;
   one.blocks = 1;
   two.blocks = 2;
@@ -87,7 +102,7 @@ dcp::profile_table profile_cpu_model(const model_config& c, const synthetic_data
       [&](const dcp::profile_point& p) {
         run_point(p.blocks == 1 ? m1 : m2, data, p.tokens, p.batch, p.sp, p.checkpointed_blocks);
       },
-      opt);
+      opt, meter);
 }
 
 /// Measures full-depth steps of `c` and compares them with the table's extrapolation.
@@ -97,9 +112,10 @@ struct extrapolation_check {
   double predicted_s, measured_s, predicted_bytes, measured_bytes;
 };
 
-template <class T>
+template <class T, dcp::profile_meter Meter = dcp::host_meter>
 std::vector<extrapolation_check> check_extrapolation(const model_config& c, const synthetic_data& data,
-                                                     const dcp::profile_table& t, std::size_t count = 4) {
+                                                     const dcp::profile_table& t, std::size_t count = 4,
+                                                     Meter meter = {}) {
   const tiny_transformer<T> full(c);
   std::vector<extrapolation_check> out;
   // A few points spread over the table (different lengths, sp, batch), each at another
@@ -117,7 +133,6 @@ std::vector<extrapolation_check> check_extrapolation(const model_config& c, cons
           e.checkpointed_blocks == k)
         picks.push_back(&e);
   }
-  dcp::host_meter meter;
   for (const dcp::profile_entry* pick : picks) {
     const auto& e = *pick;
     std::vector<double> times;

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
 #include <span>
 #include <string>
 #include <utility>
@@ -30,6 +31,7 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/profile/memory_counter.hpp>
 #include <dcp/sequence.hpp>
 
 #include "synthetic_data.hpp"
@@ -154,14 +156,32 @@ inline packed_shard make_shard(const synthetic_data& data, std::span<const segme
   return s;
 }
 
+/// One micro-step of this rank, measured around its forward+backward: `wall_s` (steady clock;
+/// includes waiting for the group's peers and time the OS gave other processes), `cpu_s` (this
+/// thread's CPU time, CLOCK_THREAD_CPUTIME_ID: its own compute and copies, not the time it slept
+/// in a collective waiting for a peer) and `activation_bytes` (the peak the thread's
+/// `dcp::memory_counter` saw: activation buffers, not parameters or optimizer state).
+struct timed_step {
+  std::size_t index = 0;  ///< in `plan.steps`
+  double wall_s = 0, cpu_s = 0, activation_bytes = 0;
+};
+
+/// Seconds of CPU time the calling thread has used (each local rank is a thread, each MPI rank
+/// runs its steps on its main thread).
+inline double thread_cpu_seconds() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 /// What one training step did on this rank.
 struct step_summary {
   double loss = 0;
   dcp::plan plan;
   std::size_t micro_steps = 0;        ///< this rank's micro-steps
   std::int64_t recomputed_blocks = 0;  ///< model blocks recomputed by this rank, summed over its micro-steps
-  /// This rank's micro-steps: index in `plan.steps` and host wall-clock seconds of forward+backward.
-  std::vector<std::pair<std::size_t, double>> timed;
+  /// This rank's micro-steps as measured around forward+backward.
+  std::vector<timed_step> timed;
 };
 
 /// One training step under the scheduler's plan (collective over `sched.world()`).
@@ -186,9 +206,16 @@ step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<
     out.recomputed_blocks += k;
     auto* comm = st.ring > 1 ? &st.ulysses_comm() : st.sp() > 1 ? &st.comm() : nullptr;
     auto* ring = st.ring > 1 ? &st.ring_comm() : nullptr;
-    const auto t0 = std::chrono::steady_clock::now();
-    loss += model.forward_backward(shard, comm, k, std::span<T>(g).first(n), ring);
-    out.timed.emplace_back(st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    dcp::memory_counter counter;
+    double cpu0 = 0;
+    std::chrono::steady_clock::time_point t0;
+    {
+      dcp::memory_scope scope(counter);
+      t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();
+      loss += model.forward_backward(shard, comm, k, std::span<T>(g).first(n), ring);
+    }
+    out.timed.push_back({st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                         thread_cpu_seconds() - cpu0, double(counter.peak_bytes())});
   }
   out.micro_steps = steps.size();
   g[n] = loss;

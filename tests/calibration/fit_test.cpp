@@ -136,6 +136,33 @@ TEST(fitted_cost, fit_recovers_known_coefficients_from_synthetic_steps) {
   }
 }
 
+TEST(fitted_cost, fit_recovers_the_saturation_and_the_recompute_ratio) {
+  rng g(19);
+  for (int trial = 0; trial < 6; ++trial) {
+    const auto p = calib_test::prior(16);
+    auto truth = calib_test::scaled_truth(p, g);
+    // A device whose efficiency saturates 16x later (so that it shows in these steps) and whose
+    // recompute costs 2^(3/4) x the form's forward (both on the search grids, so the fit can land
+    // on them exactly).
+    truth.shape.device.x_half = p.shape.device.x_half * 16;
+    truth.recompute_ratio = std::pow(2.0, 0.75);
+    const auto obs = calib_test::observe_on(truth, 80, g);
+    const auto fit = dcp::fit_cost(p, obs, {0.0, true, true});
+    EXPECT_NEAR(fit.shape.device.x_half / truth.shape.device.x_half, 1, 1e-9) << fit;
+    EXPECT_NEAR(fit.recompute_ratio / truth.recompute_ratio, 1, 1e-9) << fit;
+    const auto held_out = calib_test::observe_on(truth, 100, g);
+    EXPECT_LT(dcp::residuals_of(fit, held_out).time_max, 1e-6) << fit;
+    // The nine linear coefficients alone cannot follow it.
+    const auto linear_only = dcp::fit_cost(p, obs, {0.0, true, true, false, false});
+    EXPECT_GT(dcp::residuals_of(linear_only, held_out).time_rms, 100 * dcp::residuals_of(fit, held_out).time_rms);
+  }
+  // On the prior's own clock the search keeps the prior's constants.
+  const auto p = calib_test::prior(8);
+  const auto fit = dcp::fit_cost(p, calib_test::observe_on(p, 30, g));
+  EXPECT_EQ(fit.shape.device.x_half, p.shape.device.x_half);
+  EXPECT_EQ(fit.recompute_ratio, 1.0);
+}
+
 TEST(fitted_cost, a_handful_of_steps_improve_on_the_prior_and_no_coefficient_goes_negative) {
   rng g(14);
   for (int trial = 0; trial < 40; ++trial) {
@@ -200,6 +227,13 @@ TEST(fit_json, round_trips_exactly) {
   EXPECT_NE(s.str().find("\"dcp.fit/v1\""), std::string::npos);
   const auto back = dcp::read_fit(s, "round trip");
   EXPECT_EQ(back, fit);
+  // A file written before recompute_ratio was fitted reads as 1.
+  std::string text = s.str();
+  const auto at = text.find("\"recompute_ratio\"");
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, text.find('\n', at) + 1 - at);
+  std::istringstream old(text);
+  EXPECT_EQ(dcp::read_fit(old, "old").recompute_ratio, 1.0);
 }
 
 TEST(fit_json, bad_documents_are_clear_errors) {

@@ -4,8 +4,9 @@
 /// window of executed steps (what ran, on which ranks, what each member measured), and `refit()`
 /// turns them into
 ///   - a `fitted_cost` (the prior refitted, `fit_cost`), on times corrected for slow GPUs;
-///   - per-GPU speed factors: a GPU whose sp = 1 steps run consistently slower than the fit
-///     predicts, relative to the median GPU, gets speed < 1;
+///   - per-GPU speed factors: a GPU whose steps run consistently slower than the fit predicts,
+///     relative to the median GPU, gets speed < 1 (a gang step is charged to the member that
+///     set its time, see `learn_speeds`);
 ///   - a memory margin: the largest relative excess of a measured peak over the fit, never below
 ///     `min_memory_margin` (before any peak is measured: `memory_margin`).
 /// A pure function of the steps in the window, in the order they were added: ranks that add the
@@ -144,6 +145,7 @@ class calibrator {
       if (!any) note("step " + std::to_string(i) + ": no member reported; left out");
     }
     const fit_options fo{options_.prior_weight, true, true};
+    std::vector<double> score(static_cast<std::size_t>(n), 0.0);  // learn_speeds' charging order
     std::vector<step_observation> obs;
     for (int pass = 0; pass < (options_.learn_speed ? 3 : 1); ++pass) {
       obs.clear();
@@ -154,7 +156,7 @@ class calibrator {
         obs.push_back({s.load, s.ranks.size, s.checkpointed_blocks, measured[i] * slowest, peak[i]});
       }
       model_ = fit_cost(prior_, obs, fo);
-      if (options_.learn_speed) speed = learn_speeds(measured);
+      if (options_.learn_speed) speed = learn_speeds(measured, score);
     }
     report_.time_points = std::size_t(model_.residuals.time_points);
     report_.memory_points = std::size_t(model_.residuals.memory_points);
@@ -183,19 +185,39 @@ class calibrator {
     if (report_.ignored.size() < 8) report_.ignored.push_back(std::move(why));
   }
 
-  // log(measured / predicted) per GPU, the median over its sp = 1 steps, relative to the median
-  // GPU; slower than tolerance: speed = exp(-that). A gang step lasts as long as its slowest
-  // member, so it cannot say which member was slow: GPUs without sp = 1 steps keep speed 1.
-  std::vector<double> learn_speeds(const std::vector<double>& measured) const {
+  // Per GPU: the median of log(measured / predicted) over the steps charged to it, relative to
+  // the median GPU; slower than tolerance: speed = exp(-that). A gang step lasts as long as its
+  // slowest member, so it is charged to the members that can have set its time: those whose own
+  // report is within the tolerance of the largest, and of these the ones with the largest
+  // `score` (the previous pass's mean log ratio over each GPU's charged steps; ties: all). A solo
+  // step charges its GPU. Members that report their own busy time (thread CPU time, their own
+  // kernels) name the slow one directly. When members report the gang's time (a wall clock that
+  // includes waiting), the first pass charges every member, and the next ones charge the GPU
+  // that is slow in more of its steps: a peer that also ran fast steps elsewhere is cleared. Two
+  // GPUs that only ever ran together cannot be told apart and share the charge. `score` is
+  // updated for the next pass.
+  std::vector<double> learn_speeds(const std::vector<double>& measured, std::vector<double>& score) const {
     const int n = prior_.gpus();
-    std::vector<std::vector<double>> solo(static_cast<std::size_t>(n));
+    std::vector<std::vector<double>> charged(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < steps_.size(); ++i) {
       const auto& s = steps_[i];
-      if (!(measured[i] > 0) || s.ranks.size != 1) continue;
+      if (!(measured[i] > 0)) continue;
       const double pred = model_.time(s.load, s.ranks.size, s.checkpointed_blocks);
       if (!(pred > 0)) continue;
       const double lr = std::log(measured[i] / pred);
-      solo[std::size_t(s.ranks.first)].push_back(lr);
+      const double floor = measured[i] * (1 - options_.speed_tolerance);
+      const auto first = std::size_t(s.ranks.first);
+      double top = -std::numeric_limits<double>::infinity();
+      for (std::size_t m = 0; m < s.seconds.size(); ++m)
+        if (s.seconds[m] >= floor) top = std::max(top, score[first + m]);
+      for (std::size_t m = 0; m < s.seconds.size(); ++m)
+        if (s.seconds[m] >= floor && score[first + m] == top) charged[first + m].push_back(lr);
+    }
+    for (int r = 0; r < n; ++r) {
+      const auto& v = charged[std::size_t(r)];
+      double sum = 0;
+      for (double x : v) sum += x;
+      score[std::size_t(r)] = v.empty() ? 0 : sum / double(v.size());
     }
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
@@ -205,7 +227,7 @@ class calibrator {
     std::vector<double> per(static_cast<std::size_t>(n), std::numeric_limits<double>::quiet_NaN());
     std::vector<double> known;
     for (int r = 0; r < n; ++r) {
-      const auto& v = solo[std::size_t(r)];
+      const auto& v = charged[std::size_t(r)];
       if (v.empty()) continue;
       per[std::size_t(r)] = median(v);
       known.push_back(per[std::size_t(r)]);

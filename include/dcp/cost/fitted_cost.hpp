@@ -4,7 +4,7 @@
 /// fitted to measured micro-steps (DESIGN section 4.1).
 ///
 /// Time of a step of N tokens, attention FLOPs A, on sp GPUs with k of L blocks checkpointed,
-/// x = N / sp, e(x) = x / (x + x_half), r = 3 + k / L, a = c (2L + k), v = 2 h N / sp (sp-1)/sp:
+/// x = N / sp, e(x) = x / (x + x_half), r = 3 + rho k / L, a = c (2L + k), v = 2 h N / sp (sp-1)/sp:
 ///
 ///     t = r (c_lin F_lin + c_att A) / (sp e(x))            linear and attention FLOPs
 ///       + [1 < sp <= G] a v c_intra + [sp > G] a v c_inter  all-to-all volume
@@ -12,11 +12,13 @@
 ///     M = m_static + h x ((L - k + 1) m_act + k m_ckpt)     static and activation memory
 ///
 /// With c_lin = c_att = 1 / (peak eff_max), c_intra = 1 / bw_intra, c_inter = 1 / bw_inter,
-/// c_msg = alpha, c_block = tau, m_static = 4P + 12P/N, m_act = beta, m_ckpt = 2 it is
-/// `analytic_cost` exactly (x_half, L, h, G and N are shape, not fitted). `fit_cost` fits the
-/// nine coefficients to observed steps by non-negative least squares on relative residuals,
-/// with a ridge toward a prior (the analytic constants or a previous fit), so a handful of
-/// steps suffice and no coefficient goes negative. `write_fit` / `read_fit` store a fit as
+/// c_msg = alpha, c_block = tau, m_static = 4P + 12P/N, m_act = beta, m_ckpt = 2 and rho = 1 it
+/// is `analytic_cost` exactly (L, h, G and N are shape). `fit_cost` fits the nine coefficients
+/// to observed steps by non-negative least squares on relative residuals, with a ridge toward a
+/// prior (the analytic constants or a previous fit), so a handful of steps suffice and no
+/// coefficient goes negative; the two nonlinear constants of the form, x_half (how fast
+/// efficiency saturates) and rho (a recomputed block's forward in units of a third of its
+/// forward+backward), are searched on log grids around the prior's. `write_fit` / `read_fit` store a fit as
 /// `dcp.fit/v1` JSON beside `dcp.profile/v1`.
 
 #include <algorithm>
@@ -219,6 +221,9 @@ struct fitted_cost {
   fit_coefficients coef = fit_coefficients::of(shape);
   double memory_margin = 0;  ///< planning capacity = capacity / (1 + margin): room for memory the fit misses
   fit_residuals residuals;   ///< of the fit that produced `coef` (zero for a prior)
+  /// rho: the time of recomputing a checkpointed block, in units of a third of its forward+backward
+  /// (1: the forward is a third, as in DESIGN section 4; measured CPU steps need about 1.6).
+  double recompute_ratio = 1;
 
   /// Throws `dcp::error` unless the shape is valid, every coefficient is finite and not negative,
   /// memory does not grow with k (m_ckpt <= m_act) and the static memory fits.
@@ -247,6 +252,12 @@ struct fitted_cost {
       return "fitted_cost: checkpoint_bytes = " + std::to_string(coef.checkpoint_bytes) + " exceeds activation_bytes = " +
              std::to_string(coef.activation_bytes) + " (checkpointing would cost memory); refit";
     });
+    check(std::isfinite(recompute_ratio) && recompute_ratio > 0 && std::isfinite(shape.device.x_half) &&
+              shape.device.x_half >= 0,
+          errc::invalid_argument, [&] {
+            return "fitted_cost: recompute_ratio = " + std::to_string(recompute_ratio) + " and x_half = " +
+                   std::to_string(shape.device.x_half) + " must be finite, recompute_ratio positive";
+          });
     check(std::isfinite(memory_margin) && memory_margin >= 0, errc::invalid_argument, [&] {
       return "fitted_cost: memory_margin = " + std::to_string(memory_margin) + " must be finite and not negative";
     });
@@ -270,7 +281,7 @@ struct fitted_cost {
     const double L = m.blocks, h = static_cast<double>(m.hidden);
     const double x = l.tokens / sp;
     const double e = x / (x + shape.device.x_half);
-    const double r = (3 + k / L) / (sp * e);
+    const double r = (3 + recompute_ratio * k / L) / (sp * e);
     std::array<double, fit_coefficients::time_terms> f{};
     f[0] = r * L * 2 * m.block_parameters() * l.tokens;
     f[1] = r * l.attention;
@@ -315,7 +326,7 @@ struct fitted_cost {
     const double L = m.blocks, h = static_cast<double>(m.hidden);
     const double xm = max_tokens_per_gpu();
     const double e = std::isinf(xm) ? 1.0 : xm / (xm + shape.device.x_half);
-    double w = (3 + k / L) * (coef.linear_flop_s * L * 2 * m.block_parameters() * l.tokens + coef.attention_flop_s * l.attention) / e;
+    double w = (3 + recompute_ratio * k / L) * (coef.linear_flop_s * L * 2 * m.block_parameters() * l.tokens + coef.attention_flop_s * l.attention) / e;
     if (sp > 1)
       w += shape.all_to_alls_per_pass() * (2 * L + k) * 2 * h * l.tokens * (sp - 1) / sp *
            (sp <= gpus_per_node() ? coef.intra_byte_s : coef.inter_byte_s);
@@ -324,7 +335,7 @@ struct fitted_cost {
 
   friend bool operator==(const fitted_cost&, const fitted_cost&) = default;
   friend std::ostream& operator<<(std::ostream& os, const fitted_cost& c) {
-    return os << "fitted_cost{" << c.shape.model.name << " on " << c.shape.device.name << ", N=" << c.gpus() << ", "
+    return os << "fitted_cost{" << c.shape.model.name << " on " << c.shape.device.name << " (x_half " << c.shape.device.x_half << ", rho " << c.recompute_ratio << "), N=" << c.gpus() << ", "
               << c.coef << ", margin=" << c.memory_margin << ", " << c.residuals << "}";
   }
 };
@@ -355,10 +366,18 @@ struct fit_options {
   /// the prior fills in the directions a few steps leave undetermined.
   double prior_weight = 0.001;
   bool fit_time = true, fit_memory = true;
+  /// Also fit x_half, the one nonlinear constant of the time form (e(x) = x / (x + x_half): how
+  /// fast per-GPU efficiency saturates with tokens per GPU), by a search on a log grid with the
+  /// same ridge toward the prior's value in log space. A device whose small steps are cheaper or
+  /// dearer than the prior's saturation says cannot be fitted by the linear coefficients alone.
+  bool fit_saturation = true;
+  /// Also fit `fitted_cost::recompute_ratio` (rho) the same way, when some step recomputed.
+  bool fit_recompute = true;
   friend bool operator==(const fit_options&, const fit_options&) = default;
   friend std::ostream& operator<<(std::ostream& os, const fit_options& o) {
     return os << "fit_options{prior_weight=" << o.prior_weight << ", fit_time=" << o.fit_time
-              << ", fit_memory=" << o.fit_memory << "}";
+              << ", fit_memory=" << o.fit_memory << ", fit_saturation=" << o.fit_saturation
+              << ", fit_recompute=" << o.fit_recompute << "}";
   }
 };
 
@@ -370,9 +389,15 @@ namespace detail {
 // short ones, so steps a thousand times shorter than the rest, whose time is mostly noise,
 // cannot outvote the steps that make up the makespan. Terms whose prior is 0 or whose feature
 // never appears keep the prior.
+template <std::size_t K>
+struct term_fit {
+  std::array<double, K> coef{};
+  double objective = 0;  ///< the minimised sum of squares, ridge included
+};
+
 template <std::size_t K, class Features>
-std::array<double, K> fit_terms(const std::array<double, K>& prior, std::span<const step_observation> obs,
-                                Features&& features, double (*measured)(const step_observation&), double weight) {
+term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_observation> obs, Features&& features,
+                      double (*measured)(const step_observation&), double weight) {
   std::vector<std::array<double, K>> rows;
   std::vector<double> ys;
   for (const auto& o : obs) {
@@ -381,14 +406,14 @@ std::array<double, K> fit_terms(const std::array<double, K>& prior, std::span<co
     rows.push_back(features(o));
     ys.push_back(y);
   }
-  if (rows.empty()) return prior;
+  if (rows.empty()) return {prior, 0};
   std::array<bool, K> active{};
   std::size_t n = 0;
   for (std::size_t j = 0; j < K; ++j) {
     for (const auto& f : rows) active[j] = active[j] || (f[j] > 0 && prior[j] > 0);
     n += active[j];
   }
-  if (n == 0) return prior;
+  if (n == 0) return {prior, 0};
   std::vector<double> sorted = ys;
   std::sort(sorted.begin(), sorted.end());
   const double y_med = sorted[sorted.size() / 2];
@@ -413,8 +438,13 @@ std::array<double, K> fit_terms(const std::array<double, K>& prior, std::span<co
     }
   }
   const auto u = nnls(a, b, m, n);
-  std::array<double, K> out = prior;
-  for (std::size_t c = 0; c < n; ++c) out[cols[c]] = prior[cols[c]] * u[c];
+  term_fit<K> out{prior, 0};
+  for (std::size_t c = 0; c < n; ++c) out.coef[cols[c]] = prior[cols[c]] * u[c];
+  for (std::size_t i = 0; i < m; ++i) {
+    double r = -b[i];
+    for (std::size_t c = 0; c < n; ++c) r += a[i * n + c] * u[c];
+    out.objective += r * r;
+  }
   return out;
 }
 
@@ -468,22 +498,69 @@ inline fitted_cost fit_cost(const fitted_cost& prior, std::span<const step_obser
   for (std::size_t i = 0; i < obs.size(); ++i) validate(obs[i], prior, i);
   fitted_cost out = prior;
   if (opt.fit_time) {
-    const auto t = detail::fit_terms<fit_coefficients::time_terms>(
-        prior.coef.time_array(), obs,
-        [&](const step_observation& o) { return prior.time_features(o.load, o.sp, o.checkpointed_blocks); },
-        &detail::measured_seconds, opt.prior_weight);
-    out.coef.set_time(t);
+    // The linear coefficients at given (x_half, rho); the objective adds the ridge in log space.
+    const double x0 = prior.shape.device.x_half, rho0 = prior.recompute_ratio;
+    auto fit_at = [&](double x_half, double rho) {
+      fitted_cost s = prior;
+      s.shape.device.x_half = x_half, s.recompute_ratio = rho;
+      auto f = detail::fit_terms<fit_coefficients::time_terms>(
+          prior.coef.time_array(), obs,
+          [&](const step_observation& o) { return s.time_features(o.load, o.sp, o.checkpointed_blocks); },
+          &detail::measured_seconds, opt.prior_weight);
+      if (x_half != x0) f.objective += opt.prior_weight * std::pow(std::log(x_half / x0), 2);
+      if (rho != rho0) f.objective += opt.prior_weight * std::pow(std::log(rho / rho0), 2);
+      return f;
+    };
+    double best_x = x0, best_rho = rho0;
+    auto best = fit_at(x0, rho0);
+    auto consider = [&](double x, double rho) {  // ties keep the earlier value (the prior's first)
+      if (x == best_x && rho == best_rho) return;
+      const auto f = fit_at(x, rho);
+      if (f.objective < best.objective) best = f, best_x = x, best_rho = rho;
+    };
+    // Coordinate search on log grids: x_half over x0 4^j, j in [-6, 2] (x0 / 4096 saturates at a
+    // handful of tokens), rho over rho0 2^(j/2), j in [-2, 4]; each coarse pass twice (a wrong rho
+    // can pull x_half far off), then halving steps around the best of each.
+    const bool timed = std::any_of(obs.begin(), obs.end(), [](const auto& o) { return o.seconds > 0; });
+    const bool search_x = opt.fit_saturation && timed && x0 > 0;
+    const bool search_rho = opt.fit_recompute && std::any_of(obs.begin(), obs.end(), [](const auto& o) {
+      return o.seconds > 0 && o.checkpointed_blocks > 0;
+    });
+    auto coarse_x = [&] {
+      const double r = best_rho;
+      for (int j = -6; j <= 2; ++j) consider(x0 * std::pow(4.0, j), r);
+    };
+    auto coarse_rho = [&] {
+      const double x = best_x;
+      for (int j = -2; j <= 4; ++j) consider(x, rho0 * std::pow(2.0, j / 2.0));
+    };
+    for (int round = 0; round < 2; ++round) {
+      if (search_x) coarse_x();
+      if (search_rho) coarse_rho();
+    }
+    for (const double f : {2.0, std::sqrt(2.0)}) {
+      const double x = best_x;
+      if (search_x) consider(x / f, best_rho), consider(x * f, best_rho);
+    }
+    if (search_rho) {
+      const double r = best_rho;
+      consider(best_x, r / std::pow(2.0, 0.25)), consider(best_x, r * std::pow(2.0, 0.25));
+    }
+    out.shape.device.x_half = best_x, out.recompute_ratio = best_rho;
+    out.coef.set_time(best.coef);
   }
   if (opt.fit_memory) {
     auto m = detail::fit_terms<fit_coefficients::memory_terms>(
         prior.coef.memory_array(), obs,
         [&](const step_observation& o) { return prior.memory_features(o.load, o.sp, o.checkpointed_blocks); },
-        &detail::measured_bytes, opt.prior_weight);
+        &detail::measured_bytes, opt.prior_weight).coef;
     m[2] = std::min(m[2], m[1]);  // checkpointing never costs memory (a cost_model law)
     if (!(m[1] > 0)) m = prior.coef.memory_array();
     out.coef.set_memory(m);
   }
-  if (!(out.coef.linear_flop_s + out.coef.attention_flop_s > 0)) out.coef.set_time(prior.coef.time_array());
+  if (!(out.coef.linear_flop_s + out.coef.attention_flop_s > 0))
+    out.coef.set_time(prior.coef.time_array()), out.shape.device.x_half = prior.shape.device.x_half,
+        out.recompute_ratio = prior.recompute_ratio;
   out.residuals = residuals_of(out, obs);
   return out;
 }
@@ -523,7 +600,7 @@ inline constexpr std::string_view fit_format = "dcp.fit/v1";
 
 /// Writes `c` as `dcp.fit/v1` JSON (validated first):
 /// \code
-/// { "format": "dcp.fit/v1", "gpus": 32, "memory_margin": 0.02,
+/// { "format": "dcp.fit/v1", "gpus": 32, "memory_margin": 0.02, "recompute_ratio": 1,
 ///   "model": {...as dcp.profile/v1...}, "device": {"name": "h200", "peak": 9.89e14, ...every device_spec field},
 ///   "coefficients": {"linear_flop_s": 1.8e-15, ..., "checkpoint_bytes": 2},
 ///   "residuals": {"time_points": 40, "time_rms": 0.01, "time_max": 0.03, "memory_points": 40, ...} }
@@ -536,6 +613,7 @@ inline void write_fit(std::ostream& out, const fitted_cost& c) {
   j["format"] = fit_format;
   j["gpus"] = c.gpus();
   j["memory_margin"] = c.memory_margin;
+  j["recompute_ratio"] = c.recompute_ratio;
   j["model"] = {{"name", m.name},           {"blocks", m.blocks},
                 {"hidden", m.hidden},       {"heads", m.heads},
                 {"mlp_width", m.mlp_width}, {"mlp_matrices", m.mlp_matrices},
@@ -587,6 +665,7 @@ inline fitted_cost read_fit(std::istream& in, std::string_view source = "fit") {
            "'; expected \"dcp.fit/v1\"");
     c.shape.world = static_cast<int>(integer(j.at("gpus"), "gpus"));
     c.memory_margin = number(j, "memory_margin");
+    if (j.contains("recompute_ratio")) c.recompute_ratio = number(j, "recompute_ratio");  // 1 before it was fitted
     const auto& m = j.at("model");
     c.shape.model.name = m.at("name").get<std::string>();
     c.shape.model.blocks = static_cast<int>(integer(m.at("blocks"), "model.blocks"));
