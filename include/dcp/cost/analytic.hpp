@@ -297,11 +297,7 @@ struct analytic_cost {
   /// full bandwidth, no latency or launch overhead (batching can amortise those away).
   double work_floor(const load_type& l, int sp, int k) const noexcept { return work_floor(l, sp, k, step_ring(sp)); }
   /// `work_floor` of the step run with ring r.
-  double work_floor(const load_type& l, int sp, int k, int r) const noexcept {
-    const double L = model.blocks;
-    return (3 + k / L) * forward_flops(l) / (tp * device.peak * efficiency(max_tokens_per_gpu())) +
-           communication_floor(l, sp, k, r);
-  }
+  double work_floor(const load_type& l, int sp, int k, int r) const noexcept { return floors().work(l, sp, k, r); }
 
   /// Unit-seconds of zero3's per-step floor that the load claims in any step (0 unless zero3):
   /// a step on sp units holds at most sp x_max tokens and lasts at least t_z3, so its unit-seconds
@@ -340,10 +336,32 @@ struct analytic_cost {
   }
   /// `packed_work_floor` of steps run with ring r.
   double packed_work_floor(const load_type& l, int sp, int k, int r) const noexcept {
-    const double L = model.blocks, h = static_cast<double>(model.hidden), beta = device.beta;
-    const double room = (capacity() - static_memory()) / h * tp;  // x_cap counts tokens per unit
-    auto g = [&](double kk) { return (3 + kk / L) * (1 + device.x_half * ((L - kk) * beta + 2 * kk + beta) / room); };
-    return std::min(g(k), g(L)) * forward_flops(l) / (tp * device.peak * device.eff_max) + communication_floor(l, sp, k, r);
+    return floors().packed(l, sp, k, r);
+  }
+
+  /// `work_floor` and `packed_work_floor` with their per-model terms (static memory, eff(x_max),
+  /// FLOPs per token) computed once: for callers that price many loads (the lower bounds). Both
+  /// go through it, so they cannot disagree.
+  struct floors_on {
+    const analytic_cost* cost;
+    double flops_per_token;  // L 2 P_act: F = flops_per_token N_tok + A
+    double work_rate;        // tp peak eff(x_max)
+    double room;             // (C - M_static) / h tp: x_cap(k) = room / ((L - k) beta + 2 k + beta)
+    double packed_rate;      // tp peak eff_max
+    double work(const load_type& l, int sp, int k, int r) const noexcept {
+      const double L = cost->model.blocks;
+      return (3 + k / L) * (flops_per_token * l.tokens + l.attention) / work_rate + cost->communication_floor(l, sp, k, r);
+    }
+    double packed(const load_type& l, int sp, int k, int r) const noexcept {
+      const double L = cost->model.blocks, beta = cost->device.beta;
+      auto g = [&](double kk) { return (3 + kk / L) * (1 + cost->device.x_half * ((L - kk) * beta + 2 * kk + beta) / room); };
+      return std::min(g(k), g(L)) * (flops_per_token * l.tokens + l.attention) / packed_rate +
+             cost->communication_floor(l, sp, k, r);
+    }
+  };
+  floors_on floors() const noexcept {
+    return {this, model.blocks * 2 * model.active_block_parameters(), tp * device.peak * efficiency(max_tokens_per_gpu()),
+            (capacity() - static_memory()) / static_cast<double>(model.hidden) * tp, tp * device.peak * device.eff_max};
   }
 
   friend bool operator==(const analytic_cost&, const analytic_cost&) = default;

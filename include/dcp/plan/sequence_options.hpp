@@ -196,6 +196,12 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
   };
   std::vector<priced> ranges;  // per feasible sequence, in order: its terms (twins share them)
   std::vector<priced> seen(count);
+  [[maybe_unused]] const auto floors = [&] {
+    if constexpr (requires { cost.floors(); })
+      return cost.floors();
+    else
+      return 0;
+  }();
   double work = 0, longest = 0, shares = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
@@ -209,6 +215,16 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
     }
     const auto& load = load_at(i);
     const std::size_t start = terms.size();
+    // A floor over the legal rings of sp, as `least_work_floor` takes it: the step's ring, then
+    // each wider one.
+    auto least_over_rings = [&](int sp, auto&& at_ring) {
+      double v = at_ring(step_ring_of(cost, sp));
+      for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last; r *= 2) {
+        const double y = at_ring(r);
+        v = y < v ? y : v;
+      }
+      return v;
+    };
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
     double share = 0;
     if constexpr (requires { cost.step_floor_share(load); }) share = cost.step_floor_share(load);
@@ -216,6 +232,14 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
       const double speed = speed_of_sp[log2(o.sp)];
       // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
       const int sp = o.sp, k = o.checkpointed_blocks;
+      if constexpr (requires { cost.floors().packed(load, sp, k, 1); }) {
+        // The same floors, through the cost model's per-model terms computed once (`floors`).
+        const double floor = least_over_rings(sp, [&](int r) { return floors.work(load, sp, k, r); });
+        const double packed = least_over_rings(sp, [&](int r) { return floors.packed(load, sp, k, r); });
+        terms.push_back({o.time_s / speed, std::max(floor, packed), share});
+        w = std::min(w, floor), t = std::min(t, o.time_s / speed);
+        continue;
+      }
       const double floor = least_work_floor(cost, load, sp, k);
       term x{o.time_s / speed, floor, share};
       // The joint bound takes the tighter packed floor where the cost model has one.
