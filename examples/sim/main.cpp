@@ -34,6 +34,7 @@
 #include <dcp/error.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/sim/calibrated.hpp>
@@ -101,16 +102,19 @@ method_runs run_methods(const std::vector<std::string>& methods, const Cost& cos
                         const dcp::sim::method_settings& settings, const dcp::sim::options& base,
                         bool keep_first, bool keep_all, const dcp::sim::truth<T>* truth) {
   method_runs out;
+  // Every method plans in the job's context: its cost model, selective recompute (the baselines
+  // checkpoint every block regardless) and the job's GPU groups.
+  const dcp::planning_context ctx{cost, dcp::selective_recompute{}, dcp::default_groups(cost)};
   for (std::size_t i = 0; i < methods.size(); ++i) {
     dcp::sim::options opt = base;
     opt.keep_plans = keep_all || (i == 0 && keep_first);
     if (truth) {
-      auto r = dcp::sim::run_method(methods[i], cost, data, batches, settings, *truth, opt);
+      auto r = dcp::sim::run_method(methods[i], ctx, data, batches, settings, *truth, opt);
       out.rows.push_back(r.metrics);
       out.plans.push_back(std::move(r.plans));
       out.executed.push_back(std::move(r.executed));
     } else {
-      auto r = dcp::sim::run_method(methods[i], cost, data, batches, settings, opt);
+      auto r = dcp::sim::run_method(methods[i], ctx, data, batches, settings, opt);
       out.rows.push_back(r.metrics);
       out.executed.push_back(r.plans);
       out.plans.push_back(std::move(r.plans));

@@ -27,6 +27,7 @@
 #include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/check_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/group/tp_units.hpp>
@@ -41,6 +42,7 @@
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/policies.hpp>

@@ -157,7 +157,8 @@ constexpr bool diagnose(slot::planner) {
   DCP_FIRST_UNMET_("planner", "planner", planner_regular, "copyable, default-constructible, ==")
   DCP_FIRST_UNMET_("planner", "planner", planner_named, "name() -> std::string")
   DCP_FIRST_UNMET_("planner", "planner", planner_plans,
-                   "plan(cost, batch, recompute) -> dcp::plan for any cost model and recompute policy")
+                   "plan(ctx, batch) -> dcp::plan for a dcp::planning_context of any cost model, recompute policy "
+                   "and group manager")
   return dcp::planner<P>;
 }
 #undef DCP_FIRST_UNMET_

@@ -40,10 +40,12 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/check_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/policies.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/sequence.hpp>
@@ -162,6 +164,7 @@ class scheduler {
   using policies_type = Policies;
   using cost_type = typename Policies::template at<slot::cost>;
   using groups_type = typename Policies::template at<slot::groups>;
+  using recompute_type = typename Policies::template at<slot::recompute>;
   using planner_type = typename Policies::template at<slot::planner>;
   using bucketing_type = typename Policies::template at<slot::bucketing>;
 
@@ -181,8 +184,9 @@ class scheduler {
   scheduler(Model model, Comm& world, std::optional<cost_type> cost, scheduler_options options, Policies policies)
       : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
         cost_(make_cost(std::move(cost))), groups_(world, make_groups(), tp_of(cost_)) {
-    // The bundle's cost slot holds the model the scheduler plans with.
+    // The bundle's cost and groups slots hold the model and the layout the scheduler plans with.
     policies_.cost = cost_;
+    policies_.groups = groups_.groups();
     if constexpr (loss_weighting_planner<planner_type>)
       if (options_.loss) policies_.planner.loss = *options_.loss;
     if constexpr (skipping_planner<planner_type>)
@@ -235,7 +239,7 @@ class scheduler {
   /// refitted (identically on every rank), and the batch planned with them. A world that moves
   /// device memory (NCCL) cannot carry that exchange: calibrate with `plan(batch, host)`.
   dcp::plan plan(std::span<const sequence> batch) const {
-    if (!calib_) return policies_.planner.plan(cost_, batch, policies_.recompute);
+    if (!calib_) return policies_.planner.plan(context(cost_), batch);
     if constexpr (bool(Comm::host_memory)) {
       return plan(batch, *world_);
     } else {
@@ -255,11 +259,11 @@ class scheduler {
       return "plan: the host communicator has " + std::to_string(host.size()) + " ranks, the world " +
              std::to_string(world_->size()) + "; pass the host communicator of the same job";
     });
-    if (!calib_) return policies_.planner.plan(cost_, batch, policies_.recompute);
+    if (!calib_) return policies_.planner.plan(context(cost_), batch);
     if (last_) exchange_observations(host);
     auto planner = policies_.planner;
     if constexpr (requires { planner.speeds = calib_->speeds(); }) planner.speeds = calib_->speeds();
-    dcp::plan p = planner.plan(calib_->model(), batch, policies_.recompute);
+    dcp::plan p = planner.plan(context(calib_->model()), batch);
     last_ = p;
     slot_of_.assign(p.steps.size() + 1, 0);
     for (std::size_t i = 0; i < p.steps.size(); ++i) slot_of_[i + 1] = slot_of_[i] + std::size_t(p.steps[i].sp());
@@ -456,11 +460,29 @@ class scheduler {
     last_.reset();
   }
 
+  // The bundle's group manager, which places every step and whose blocks get the communicators:
+  // a user's value as given, checked against the job (units: TP groups when tp > 1) and the
+  // group_manager laws; a default-constructed buddy_groups is filled from the cost model's
+  // units, which come from the world and the device.
   groups_type make_groups() const {
     groups_type g = policies_.groups;
     if constexpr (std::is_same_v<groups_type, buddy_groups>)
-      g = buddy_groups{world_->size() / tp(), std::max(1, job_device().gpus_per_node / tp())};
+      if (g == buddy_groups{}) g = default_groups(cost_);
+    check(g.gpus() == cost_.gpus() && g.gpus_per_node() == cost_.gpus_per_node(), errc::invalid_argument, [&] {
+      std::ostringstream os;
+      os << "scheduler: the groups slot holds " << g << ", laying out " << g.gpus() << " units, " << g.gpus_per_node()
+         << " per node, but the world of " << world_->size() << " ranks has " << cost_.gpus() << " units, "
+         << cost_.gpus_per_node() << " per node (a unit is a TP group of " << world_->size() / std::max(1, cost_.gpus())
+         << " GPUs); build the manager for this world, or leave the slot default-constructed";
+      return os.str();
+    });
+    check_group_laws(g, "scheduler");
     return g;
+  }
+  // What the planner plans with: `cost`, the bundle's recompute policy, the job's group manager.
+  template <class C>
+  planning_context<C, recompute_type, groups_type> context(const C& cost) const {
+    return {cost, policies_.recompute, groups_.groups()};
   }
 
   Model model_;

@@ -134,8 +134,8 @@ struct recompute_look_alike : opt_in<Tag> {
 template <class Tag>
 struct planner_look_alike : opt_in<Tag> {
   std::string name() const;
-  template <dcp::cost_model C, class R>
-  dcp::plan plan(const C&, std::span<const dcp::sequence>, const R&) const;
+  template <dcp::any_planning_context Ctx>
+  dcp::plan plan(const Ctx&, std::span<const dcp::sequence>) const;
   friend bool operator==(const planner_look_alike&, const planner_look_alike&) = default;
 };
 template <class Tag>

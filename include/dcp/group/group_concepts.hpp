@@ -1,16 +1,31 @@
 #pragma once
 /// \file
-/// The `group_manager` axis: which GPU groups (rank blocks) a plan may use.
+/// The `group_manager` axis: which GPU groups (rank blocks) a plan may use, and in which order a
+/// planner considers them.
 ///
 /// A model of `group_manager` opts in with `using policy_concept = dcp::group_manager_tag;` and has
 ///   - `g.gpus()` (N), `g.gpus_per_node()` (G), `g.validate()` (throws `dcp::error` on a bad layout);
-///   - `g.block_count(sp)`: how many blocks of `sp` ranks exist; `g.block(sp, i)`: the i-th one;
-///   - `g.block_of(rank, sp)`: the block of `sp` ranks that holds `rank`.
-/// Laws: blocks of one size are disjoint and lie inside [0, N); a block's first rank is divisible
-/// by its size; a block of size <= G lies inside one node; `block(sp, i).contains(rank)` iff
-/// `block_of(rank, sp) == block(sp, i)`.
-/// Shipped: `buddy_groups` (aligned power-of-two blocks). The communicator of each block is
-/// created lazily and cached by the communicator layer (`<dcp/group/group_cache.hpp>`).
+///   - `g.block_count(sp)`: how many blocks of `sp` ranks it offers (0: none of that size);
+///     `g.block(sp, i)`, i in [0, block_count(sp)): the i-th one, in the manager's order of
+///     preference;
+///   - `g.block_of(rank, sp)`: the offered block of `sp` ranks that holds `rank`.
+/// Laws (`dcp::group_law_violations` checks them; the scheduler and `group_cache` refuse a
+/// manager that breaks one): blocks of one size are disjoint and lie inside [0, N); a block's
+/// first rank is divisible by its size (blocks are aligned, so every wider block is the union of
+/// narrower aligned ranges and a rank is in at most one block per size); a block of size <= G
+/// lies inside one node; `block(sp, i).contains(rank)` iff `block_of(rank, sp) == block(sp, i)`.
+/// Which aligned blocks exist and their order are the manager's choice: planners place every
+/// step on `block(sp, i)` and break ties between equally good blocks by the lower i, and offer a
+/// sequence only the sizes with at least one block.
+///
+/// Units: a manager lays out the planner's ranks, the cost model's units (`cost.gpus()`,
+/// `cost.gpus_per_node()`). With tp = 1 they are GPUs; with tp > 1 a unit is a TP group of tp
+/// GPUs on one node (`<dcp/group/tp_units.hpp>`), so a block of sp units is the GPUs
+/// `tp_units::gpus_of(block)`: the manager never sees TP ranks, and one manager serves every tp.
+/// A planning context (`<dcp/plan/planning_context.hpp>`) requires the manager's N and G to equal
+/// the cost model's.
+/// Shipped: `buddy_groups` (every aligned power-of-two block, lowest rank first). The
+/// communicator of each block is created lazily and cached by `<dcp/group/group_cache.hpp>`.
 
 #include <concepts>
 #include <ostream>

@@ -161,33 +161,47 @@ struct bucket_planner {
   /// Returns a copy tuned on the whole dataset `data`: `keys` resolved, `sp` the fastest
   /// candidate over one epoch of global batches of `budget` tokens (0 = 262144 * N) drawn with
   /// `sampler_seed`, and `median_bucket_time_s` from the dataset's buckets.
+  /// Only sp values the context's group manager offers blocks of are candidates.
+  template <any_planning_context Ctx>
+  bucket_planner tune(const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                      std::uint64_t sampler_seed = 0) const {
+    ctx.validate();
+    token_buckets.validate();
+    std::vector<skipped_sequence> skipped;
+    const auto feasible = feasible_sequences(ctx.cost, data, on_infeasible, skipped);
+    return tuned(ctx, feasible, tuning_batches(ctx.cost, data, budget, sampler_seed));
+  }
+  /// On `default_groups(cost)`.
   template <cost_model C>
   bucket_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
                       std::uint64_t sampler_seed = 0) const {
-    token_buckets.validate();
-    std::vector<skipped_sequence> skipped;
-    const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
-    return tuned(cost, feasible, tuning_batches(cost, data, budget, sampler_seed));
+    return tune_on_default_groups(*this, cost, data, budget, sampler_seed);
   }
 
-  /// Plans one global batch. Every step checkpoints all blocks, as the real system does; the
-  /// recompute policy is accepted for the `planner` concept and not used.
-  template <cost_model C, class Recompute = full_recompute>
-    requires recompute_policy<Recompute>
-  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
+  /// Plans one global batch on the context's blocks of `sp`. Every step checkpoints all blocks,
+  /// as the real system does; the recompute policy is not used.
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
+    ctx.validate();
     token_buckets.validate();
-    if (sp == 0) return plan_tuned_on_batch(*this, cost, batch);
+    if (sp == 0) return plan_tuned_on_batch(*this, ctx, batch);
+    const auto& cost = ctx.cost;
     std::vector<skipped_sequence> skipped;
     const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
-    plan_builder<C> builder(cost, name());
+    plan_builder<typename Ctx::cost_type> builder(cost, name());
     builder.skip(std::move(skipped));
     if (seqs.empty()) return std::move(builder).finish(seqs, loss);
 
     auto micro = micro_batches(cost, seqs);
     xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
     fisher_yates(std::span<std::vector<sequence>>(micro), g);
-    deal_synchronised(builder, cost, micro, sp, cost.blocks());
+    deal_synchronised(builder, ctx.groups, micro, sp, cost.blocks());
     return std::move(builder).finish(seqs, loss);
+  }
+  /// On `default_groups(cost)`.
+  template <cost_model C, recompute_policy Recompute = full_recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
+    return plan_on_default_groups(*this, cost, batch, recompute);
   }
 
   /// The micro-batches of `seqs` (each sequence fits alone on `sp`), bucket by bucket in key
@@ -231,9 +245,10 @@ struct bucket_planner {
   }
 
  private:
-  template <cost_model C>
-  bucket_planner tuned(const C& cost, std::span<const sequence> feasible,
+  template <any_planning_context Ctx>
+  bucket_planner tuned(const Ctx& ctx, std::span<const sequence> feasible,
                        const std::vector<std::vector<sequence>>& batches) const {
+    const auto& cost = ctx.cost;
     bucket_planner base = *this;
     base.keys = resolved_keys(feasible);
     auto configure = [&](int candidate, double fraction) {
@@ -243,7 +258,7 @@ struct bucket_planner {
       p.median_bucket_time_s = p.median_time(cost, feasible, candidate);
       return p;
     };
-    const auto t = tune_fixed_sp(cost, feasible, batches, configure);
+    const auto t = tune_fixed_sp(ctx, feasible, batches, configure);
     return configure(t.sp, t.fill);
   }
 };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/sequence.hpp>
@@ -147,6 +148,33 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   if (p.makespan_s < p.lower_bound_s * (1 - 1e-9)) fail("makespan " + std::to_string(p.makespan_s) + " s below the lower bound " + std::to_string(p.lower_bound_s));
   if (p.makespan_s < p.joint_lower_bound_s * (1 - 1e-9))
     fail("makespan " + std::to_string(p.makespan_s) + " s below the joint lower bound " + std::to_string(p.joint_lower_bound_s));
+  return out;
+}
+
+/// `plan_violations(p, batch, cost)`, and every step on a block `groups` offers: its ranks are
+/// `groups.block(sp, i)` for some i (a planner given a group manager places only there).
+template <cost_model C, group_manager G>
+std::vector<std::string> plan_violations(const plan& p, std::span<const sequence> batch, const C& cost, const G& groups) {
+  std::vector<std::string> out = plan_violations(p, batch, cost);
+  std::map<int, std::vector<char>> offered;  // size -> whether the aligned block at first / size is offered
+  const int n = groups.gpus();
+  for (std::size_t i = 0; i < p.steps.size() && out.size() < 32; ++i) {
+    const rank_block b = p.steps[i].ranks;
+    if (b.size <= 0 || b.first < 0 || b.end() > n || b.first % b.size != 0) continue;  // reported above
+    auto [it, fresh] = offered.try_emplace(b.size);
+    if (fresh) {
+      it->second.assign(static_cast<std::size_t>(n / b.size), 0);
+      for (int j = 0, count = groups.block_count(b.size); j < count; ++j) {
+        const rank_block o = groups.block(b.size, j);
+        if (o.size == b.size && o.first >= 0 && o.end() <= n && o.first % o.size == 0)
+          it->second[static_cast<std::size_t>(o.first / o.size)] = 1;
+      }
+    }
+    if (!it->second[static_cast<std::size_t>(b.first / b.size)])
+      out.push_back("step " + std::to_string(i) + " on ranks [" + std::to_string(b.first) + ", " + std::to_string(b.end()) +
+                    "): not a block the group manager offers (none of its " + std::to_string(groups.block_count(b.size)) +
+                    " blocks of " + std::to_string(b.size) + ")");
+  }
   return out;
 }
 

@@ -8,7 +8,7 @@
 ///    (the batch's fair share; see candidates);
 /// 3. gang items (wider than the fluid level) of equal sp are merged while they fit without
 ///    recomputation and stay within the cap, then placed widest first, longest first, on the
-///    aligned block that is free earliest (or, with a makespan target, the latest-free block
+///    group manager's block that is free earliest (or, with a makespan target, the latest-free block
 ///    where the step still ends within it); placing wide before narrow keeps every block's
 ///    members free at the same instant (no gang gaps);
 /// 4. fluid-level sequences (sp = 1 by default) are assigned longest first to the least loaded
@@ -48,10 +48,11 @@
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
-#include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
@@ -93,15 +94,16 @@ class least_tokens_tree {
   std::vector<double> least_;  // per tree node: the fewest tokens of a step in its range
 };
 
-template <cost_model C, class Recompute>
+template <cost_model C, class Recompute, group_manager G>
 class dcp_planning {
   using load_t = typename C::load_type;
 
  public:
-  dcp_planning(const C& cost, const Recompute& recompute, bool inter, bool intra, std::size_t moves,
+  dcp_planning(const planning_context<C, Recompute, G>& ctx, bool inter, bool intra, std::size_t moves,
                std::span<const double> speeds = {})
-      : cost_(cost), recompute_(recompute), inter_(inter), intra_(intra), moves_(moves), speeds_(speeds) {
-    validate_speeds(speeds, cost.gpus());
+      : ctx_(ctx), cost_(ctx.cost), recompute_(ctx.recompute), groups_(ctx.groups), inter_(inter), intra_(intra), moves_(moves),
+        speeds_(speeds) {
+    validate_speeds(speeds, cost_.gpus());
   }
 
   plan run(std::span<const sequence> batch, loss_normalization norm, infeasible_policy policy,
@@ -111,7 +113,7 @@ class dcp_planning {
     // Canonical order: plans must not depend on the order ranks received the batch in.
     const auto by_id = [](const sequence& a, const sequence& b) { return a.id < b.id; };
     if (!std::is_sorted(seqs.begin(), seqs.end(), by_id)) std::sort(seqs.begin(), seqs.end(), by_id);
-    sps_ = legal_sp_sizes(cost_);
+    sps_ = ctx_.sp_sizes();  // legal and offered by the group manager
     items_.clear();
     items_.reserve(seqs.size());
     shape_options_.clear();
@@ -465,7 +467,7 @@ class dcp_planning {
   /// (best fit: whole GPUs stay free for long sp = 1 sequences); otherwise, and when no block
   /// qualifies, to the block free earliest.
   plan build(const std::string& method, loss_normalization norm, double target) {
-    const buddy_groups groups{cost_.gpus(), cost_.gpus_per_node()};
+    const G& groups = groups_;
     plan_builder<C> b(cost_, method, speeds_);
     std::vector<std::vector<std::size_t>> by_sp(sps_.size());
     for (std::size_t i = 0; i < items_.size(); ++i) by_sp[sp_index(sp_of(items_[i]))].push_back(i);
@@ -564,7 +566,7 @@ class dcp_planning {
 
   /// Step 5: move one sequence from the fluid block (a GPU at sp = 1) that finishes last to one
   /// that finishes early, while that lowers the later of the two; `moves_` bounds the evaluations.
-  void rebalance(const plan_builder<C>& b, const buddy_groups& groups, int sp, std::vector<std::vector<std::size_t>>& on,
+  void rebalance(const plan_builder<C>& b, const G& groups, int sp, std::vector<std::vector<std::size_t>>& on,
                  std::vector<std::vector<step_group>>& steps, std::set<std::pair<double, int>>& finish) const {
     std::size_t budget = moves_;
     while (budget > 0 && finish.size() > 1) {
@@ -616,7 +618,7 @@ class dcp_planning {
 
   /// `inter = false`: rounds in which every group runs at most one step; a round ends when
   /// its slowest step does, and the next starts then (gradient accumulation is not balanced).
-  void place_in_rounds(plan_builder<C>& b, const buddy_groups& groups, std::vector<step_group>& pending) const {
+  void place_in_rounds(plan_builder<C>& b, const G& groups, std::vector<step_group>& pending) const {
     const int n = cost_.gpus();
     double round_start = 0;
     std::vector<char> busy(static_cast<std::size_t>(n));
@@ -690,8 +692,10 @@ class dcp_planning {
     return out;
   }
 
+  const planning_context<C, Recompute, G>& ctx_;
   const C& cost_;
   const Recompute& recompute_;
+  const G& groups_;  // every step goes on one of its blocks
   bool inter_, intra_;
   std::size_t moves_;
   std::span<const double> speeds_;  // per GPU, empty = all 1
@@ -733,11 +737,16 @@ struct dcp_planner {
     return "dcp";
   }
 
-  template <cost_model C, class Recompute = selective_recompute>
-    requires recompute_policy<Recompute>
-  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
-    detail::dcp_planning<C, Recompute> planning(cost, recompute, inter, intra, improve_moves, speeds);
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
+    ctx.validate();
+    detail::dcp_planning planning(ctx, inter, intra, improve_moves, speeds);
     return planning.run(batch, loss, on_infeasible, name());
+  }
+  /// On `default_groups(cost)`.
+  template <cost_model C, recompute_policy Recompute = selective_recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
+    return plan_on_default_groups(*this, cost, batch, recompute);
   }
 
   friend bool operator==(const dcp_planner&, const dcp_planner&) = default;

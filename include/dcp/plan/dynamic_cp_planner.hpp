@@ -21,8 +21,9 @@
 ///   heads), so where that fallback would be illegal the remaining ranks sit out the micro-batch.
 /// - Micro-batches are consumed in order with no barrier between them: a group's step starts when
 ///   all its members are free (the CP collectives), and the gradient sync ends the batch. Groups
-///   of a micro-batch are laid out as aligned blocks, widest first. Every step checkpoints every
-///   block; steps are priced on the true cost model.
+///   of a micro-batch go on the group manager's blocks, widest first, each on the first block in
+///   the manager's order whose ranks are still free (consecutive aligned blocks for
+///   `buddy_groups`). Every step checkpoints every block; steps are priced on the true cost model.
 /// - `pad_sequences` pads every length the scheduler sees to a multiple of 2 x N (the DPxCP
 ///   domain), as Megatron's THD datasets do under dynamic CP; a step is still priced on its real
 ///   tokens (a plan carries no pad tokens).
@@ -96,9 +97,10 @@ struct dynamic_cp_planner {
              std::to_string(x_max) + "] (the tokens per GPU that fit with every block checkpointed), or 0 to tune";
     });
     check(legal_sp(cost, min_cp_size), errc::invalid_argument, [&] {
+      const auto sps = legal_sp_sizes(cost);
       return "dynamic_cp min_cp_size = " + std::to_string(min_cp_size) + " is not a legal CP size on " +
              std::to_string(cost.gpus()) + " GPUs with " + std::to_string(cost.heads()) +
-             " heads; use a power of two <= " + std::to_string(widest(cost)) + " (1 = no minimum)";
+             " heads; use a power of two <= " + std::to_string(sps.empty() ? 1 : sps.back()) + " (1 = no minimum)";
     });
   }
 
@@ -115,13 +117,20 @@ struct dynamic_cp_planner {
   /// of `limit_candidates` under which every sequence gets a legal CP size is simulated on the
   /// id-ordered epoch of global batches of `budget` tokens (0 = the default), and the one with the
   /// smallest summed makespan wins (ties: the larger limit). Order independent.
+  template <any_planning_context Ctx>
+  dynamic_cp_planner tune(const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                          std::uint64_t sampler_seed = 0) const {
+    ctx.validate();
+    validate(ctx.cost);
+    std::vector<skipped_sequence> skipped;
+    const auto feasible = feasible_sequences(ctx.cost, data, on_infeasible, skipped);
+    return tuned(ctx, feasible, tuning_batches(ctx.cost, data, budget, sampler_seed));
+  }
+  /// On `default_groups(cost)`.
   template <cost_model C>
   dynamic_cp_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
                           std::uint64_t sampler_seed = 0) const {
-    validate(cost);
-    std::vector<skipped_sequence> skipped;
-    const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
-    return tuned(cost, feasible, tuning_batches(cost, data, budget, sampler_seed));
+    return tune_on_default_groups(*this, cost, data, budget, sampler_seed);
   }
 
   /// "max 36583 tokens per rank (x_max / 8)": the tuned setting, for reports.
@@ -135,15 +144,17 @@ struct dynamic_cp_planner {
     return out;
   }
 
-  /// Plans one global batch (all blocks checkpointed; the recompute policy is not used).
-  template <cost_model C, class Recompute = full_recompute>
-    requires recompute_policy<Recompute>
-  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
+  /// Plans one global batch on the context's blocks (all blocks checkpointed; the recompute
+  /// policy is not used). CP sizes go up to the widest legal size the group manager offers.
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
+    ctx.validate();
+    const auto& cost = ctx.cost;
     validate(cost);
-    if (max_tokens_per_rank == 0) return plan_tuned_on_batch(*this, cost, batch);
+    if (max_tokens_per_rank == 0) return plan_tuned_on_batch(*this, ctx, batch);
     std::vector<skipped_sequence> skipped;
     std::vector<sequence> seqs;
-    const std::int64_t top = widest(cost);
+    const std::int64_t top = widest(ctx);
     for (const auto& s : feasible_sequences(cost, batch, on_infeasible, skipped)) {
       if (holds(cost, s, top)) {
         seqs.push_back(s);
@@ -158,10 +169,15 @@ struct dynamic_cp_planner {
       if (on_infeasible == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
       else throw error(errc::infeasible, why);
     }
-    plan_builder<C> builder(cost, name());
+    plan_builder<typename Ctx::cost_type> builder(cost, name());
     builder.skip(std::move(skipped));
-    if (!seqs.empty()) place(builder, cost, seqs);
+    if (!seqs.empty()) place(builder, ctx, seqs);
     return std::move(builder).finish(seqs, loss);
+  }
+  /// On `default_groups(cost)`.
+  template <cost_model C, recompute_policy Recompute = full_recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
+    return plan_on_default_groups(*this, cost, batch, recompute);
   }
 
   friend bool operator==(const dynamic_cp_planner&, const dynamic_cp_planner&) = default;
@@ -183,9 +199,9 @@ struct dynamic_cp_planner {
     Load load{};
   };
 
-  template <cost_model C>
-  static std::int64_t widest(const C& cost) {
-    const auto sps = legal_sp_sizes(cost);
+  template <any_planning_context Ctx>
+  static std::int64_t widest(const Ctx& ctx) {
+    const auto sps = ctx.sp_sizes();
     return sps.empty() ? 1 : sps.back();
   }
 
@@ -195,19 +211,20 @@ struct dynamic_cp_planner {
     return cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank) <= top;
   }
 
-  template <cost_model C>
-  dynamic_cp_planner tuned(const C& cost, std::span<const sequence> feasible,
+  template <any_planning_context Ctx>
+  dynamic_cp_planner tuned(const Ctx& ctx, std::span<const sequence> feasible,
                            const std::vector<std::vector<sequence>>& batches) const {
+    const auto& cost = ctx.cost;
     dynamic_cp_planner best = *this;
     best.max_tokens_per_rank = 0;
     double best_seconds = std::numeric_limits<double>::infinity();
-    const std::int64_t top = widest(cost);
+    const std::int64_t top = widest(ctx);
     for (std::int64_t limit : limit_candidates(cost)) {
       dynamic_cp_planner p = *this;
       p.max_tokens_per_rank = limit;
       if (!std::all_of(feasible.begin(), feasible.end(), [&](const sequence& s) { return p.holds(cost, s, top); })) continue;
       double seconds = 0;
-      for (const auto& b : batches) seconds += p.plan(cost, std::span<const sequence>(b)).makespan_s;
+      for (const auto& b : batches) seconds += p.plan(ctx, std::span<const sequence>(b)).makespan_s;
       if (seconds < best_seconds) best_seconds = seconds, best = p;
     }
     check(best.max_tokens_per_rank > 0, errc::infeasible, [&] {
@@ -219,9 +236,11 @@ struct dynamic_cp_planner {
 
   // Cuts `seqs` into micro-batches (the packing-aware group search) and places their steps in
   // order, each group's step as soon as all its members are free.
-  template <cost_model C>
-  void place(plan_builder<C>& builder, const C& cost, std::span<const sequence> seqs) const {
+  template <cost_model C, any_planning_context Ctx>
+  void place(plan_builder<C>& builder, const Ctx& ctx, std::span<const sequence> seqs) const {
     using cp_group = cp_group_of<typename C::load_type>;
+    const C& cost = ctx.cost;
+    const std::int64_t top = widest(ctx);
     const int L = cost.blocks();
     std::vector<std::int64_t> len(seqs.size());
     std::vector<typename C::load_type> load(seqs.size());
@@ -236,16 +255,33 @@ struct dynamic_cp_planner {
       return len[a] != len[b] ? len[a] > len[b] : seqs[a].id < seqs[b].id;
     });
     std::vector<sequence> members;
+    std::vector<char> taken;                                                                   // ranks of this micro-batch
+    std::vector<int> cursor(static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(top))) + 1);  // by log2(size)
     while (!remaining.empty()) {
-      std::vector<cp_group> groups = micro_batch(cost, len, load, remaining);
+      std::vector<cp_group> groups = micro_batch(cost, top, len, load, remaining);
       std::stable_sort(groups.begin(), groups.end(), [](const cp_group& a, const cp_group& b) { return a.size > b.size; });
-      int first = 0;  // widest first: consecutive power-of-two blocks, each aligned
+      // Widest first, each on the manager's first block whose ranks this micro-batch has not
+      // used (on buddy blocks: consecutive aligned blocks). Taken ranks only grow, so a cursor
+      // per size skips blocks already found taken.
+      taken.assign(static_cast<std::size_t>(cost.gpus()), 0);
+      cursor.assign(cursor.size(), 0);
       for (const auto& g : groups) {
         members.clear();
         for (std::size_t i : g.members) members.push_back(seqs[i]);
-        const rank_block ranks{first, static_cast<int>(g.size)};
+        const int size = static_cast<int>(g.size);
+        int& i = cursor[static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(size)))];
+        const int count = ctx.groups.block_count(size);
+        auto is_free = [&](rank_block b) {
+          return std::none_of(taken.begin() + b.first, taken.begin() + b.end(), [](char c) { return c != 0; });
+        };
+        while (i < count && !is_free(ctx.groups.block(size, i))) ++i;
+        check(i < count, errc::invalid_argument, [&] {
+          return "dynamic_cp: the group manager has no free block of " + std::to_string(size) +
+                 " ranks left for a micro-batch; its blocks must tile the ranks as aligned blocks do";
+        });
+        const rank_block ranks = ctx.groups.block(size, i);
+        std::fill(taken.begin() + ranks.first, taken.begin() + ranks.end(), 1);
         builder.place(builder.make_step(members, ranks, L));
-        first += static_cast<int>(g.size);
       }
     }
   }
@@ -253,12 +289,13 @@ struct dynamic_cp_planner {
   // One micro-batch over the whole domain from `remaining` (sorted longest first); what does not
   // fit stays in `remaining`, in order.
   template <cost_model C>
-  std::vector<cp_group_of<typename C::load_type>> micro_batch(const C& cost, const std::vector<std::int64_t>& len,
+  std::vector<cp_group_of<typename C::load_type>> micro_batch(const C& cost, std::int64_t top,
+                                    const std::vector<std::int64_t>& len,
                                     const std::vector<typename C::load_type>& load,
                                     std::vector<std::size_t>& remaining) const {
     using cp_group = cp_group_of<typename C::load_type>;
     const int L = cost.blocks();
-    const std::int64_t gpus = cost.gpus(), top = widest(cost);
+    const std::int64_t gpus = cost.gpus();
     const auto limit = static_cast<double>(max_tokens_per_rank);
     auto fits = [&](const typename C::load_type& l, std::int64_t cp) {
       return cost.memory(l, static_cast<int>(cp), L) <= cost.capacity();

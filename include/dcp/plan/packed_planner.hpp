@@ -72,25 +72,39 @@ struct packed_planner {
   std::string name() const { return "packed"; }
 
   /// Returns a copy with `sp` tuned on the whole dataset `data` (see `bucket_planner::tune`).
+  template <any_planning_context Ctx>
+  packed_planner tune(const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                      std::uint64_t sampler_seed = 0) const {
+    ctx.validate();
+    std::vector<skipped_sequence> skipped;
+    const auto feasible = feasible_sequences(ctx.cost, data, on_infeasible, skipped);
+    return tuned(ctx, feasible, tuning_batches(ctx.cost, data, budget, sampler_seed));
+  }
+  /// On `default_groups(cost)`.
   template <cost_model C>
   packed_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
                       std::uint64_t sampler_seed = 0) const {
-    std::vector<skipped_sequence> skipped;
-    const auto feasible = feasible_sequences(cost, data, on_infeasible, skipped);
-    return tuned(cost, feasible, tuning_batches(cost, data, budget, sampler_seed));
+    return tune_on_default_groups(*this, cost, data, budget, sampler_seed);
   }
 
-  /// Plans one global batch (all blocks checkpointed; the recompute policy is not used).
-  template <cost_model C, class Recompute = full_recompute>
-    requires recompute_policy<Recompute>
-  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& = {}) const {
-    if (sp == 0) return plan_tuned_on_batch(*this, cost, batch);
+  /// Plans one global batch on the context's blocks of `sp` (all blocks checkpointed; the
+  /// recompute policy is not used).
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
+    ctx.validate();
+    if (sp == 0) return plan_tuned_on_batch(*this, ctx, batch);
+    const auto& cost = ctx.cost;
     std::vector<skipped_sequence> skipped;
     const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
-    plan_builder<C> builder(cost, name());
+    plan_builder<typename Ctx::cost_type> builder(cost, name());
     builder.skip(std::move(skipped));
-    if (!seqs.empty()) deal_synchronised(builder, cost, micro_batches(cost, seqs), sp, cost.blocks());
+    if (!seqs.empty()) deal_synchronised(builder, ctx.groups, micro_batches(cost, seqs), sp, cost.blocks());
     return std::move(builder).finish(seqs, loss);
+  }
+  /// On `default_groups(cost)`.
+  template <cost_model C, recompute_policy Recompute = full_recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
+    return plan_on_default_groups(*this, cost, batch, recompute);
   }
 
   /// The micro-batches of `seqs` (each fits alone on `sp`): first-fit decreasing by tokens into
@@ -148,8 +162,8 @@ struct packed_planner {
   }
 
  private:
-  template <cost_model C>
-  packed_planner tuned(const C& cost, std::span<const sequence> feasible,
+  template <any_planning_context Ctx>
+  packed_planner tuned(const Ctx& ctx, std::span<const sequence> feasible,
                        const std::vector<std::vector<sequence>>& batches) const {
     auto configure = [this](int candidate, double fraction) {
       packed_planner p = *this;
@@ -157,7 +171,7 @@ struct packed_planner {
       p.fill = fraction;
       return p;
     };
-    const auto t = tune_fixed_sp(cost, feasible, batches, configure);
+    const auto t = tune_fixed_sp(ctx, feasible, batches, configure);
     return configure(t.sp, t.fill);
   }
 };

@@ -3,15 +3,20 @@
 /// The `planner` axis: global batch -> plan.
 ///
 /// A model of `planner` opts in with `using policy_concept = dcp::planner_tag;`, is a regular
-/// value, has a `name()`, and for every cost model C has
-///   `p.plan(cost, batch, recompute) -> dcp::plan` with `batch` a `std::span<const sequence>`.
-/// Laws (checked by `dcp::check_plan`, used by the property tests): every sequence of the batch
-/// appears in exactly one step or in `skipped`; every step fits memory; every step runs on an
-/// aligned block (first rank divisible by sp, inside [0, N)); steps never overlap in time on a
-/// GPU; a step starts no earlier than its members are free; loss weights of a batch sum to 1;
+/// value, has a `name()`, and plans in a planning context (`<dcp/plan/planning_context.hpp>`):
+///   `p.plan(ctx, batch) -> dcp::plan` with `ctx` a `planning_context<C, R, G>` (cost model,
+///   recompute policy, group manager) and `batch` a `std::span<const sequence>`.
+/// Laws (checked by `dcp::plan_violations`, used by the property tests): every sequence of the
+/// batch appears in exactly one step or in `skipped`; every step fits memory; every step runs on
+/// a block `ctx.groups` offers (`groups.block(sp, i)` for some i; the planner obtains blocks from
+/// the manager and never computes rank ranges itself); steps never overlap in time on a GPU; a
+/// step starts no earlier than its members are free; loss weights follow the normalisation;
 /// `makespan_s >= lower_bound_s`; the same input gives the same plan (`hash()`).
-/// `plan` must accept every cost model and recompute policy: the concept checks it against the
-/// archetypes of those concepts (`detail::cost_model_archetype`, `detail::recompute_policy_archetype`).
+/// `plan` must accept every cost model, recompute policy and group manager: the concept checks it
+/// against the archetypes of those concepts (`detail::cost_model_archetype`,
+/// `detail::recompute_policy_archetype`, `detail::group_manager_archetype`). Every shipped planner
+/// also offers `p.plan(cost, batch, recompute = {})` on `default_groups(cost)` (buddy blocks),
+/// implemented once by `plan_on_default_groups`.
 ///
 /// Optional members, each a named refinement (the scheduler and the simulator use them when
 /// present):
@@ -21,8 +26,9 @@
 ///     `skip` an infeasible sequence is listed in `plan::skipped`, never lost; under `error` it throws.
 ///   - `bucketing_planner<P, B>`: plans by length buckets (`token_buckets`, of bucketing type B)
 ///     at a fixed `sp` (0: not tuned yet); the scheduler hands an untuned one the bundle's bucketing.
-///   - `tunable_planner<P, C>`: `p.tune(cost, data) -> P`, a copy whose knobs are fitted to the
-///     whole dataset once. Laws: the result does not depend on the order of `data`; it plans any
+///   - `tunable_planner<P, C>`: `p.tune(ctx, data) -> P` for a planning context of cost model C
+///     (any recompute policy and group manager), a copy whose knobs are fitted to the whole
+///     dataset once, on the context's blocks. Laws: the result does not depend on the order of `data`; it plans any
 ///     batch drawn from `data` without tuning again.
 /// Shipped: `dcp_planner` (this library), baselines `bucket_planner`, `packed_planner`,
 /// `dynamic_cp_planner`.
@@ -32,7 +38,9 @@
 #include <string>
 
 #include <dcp/cost/detail/cost_model_archetype.hpp>
+#include <dcp/group/detail/group_manager_archetype.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/detail/recompute_policy_archetype.hpp>
 #include <dcp/sequence.hpp>
 
@@ -53,11 +61,18 @@ template <class P>
 concept planner_named = requires(const P& p) {
   { p.name() } -> std::convertible_to<std::string>;
 };
-/// Plans: `p.plan(cost, batch, recompute) -> dcp::plan` for any cost model and recompute policy.
+namespace detail {
+/// The planning context the concepts check planners against: every axis its archetype.
+template <class C = cost_model_archetype>
+using planning_context_archetype = planning_context<C, recompute_policy_archetype, group_manager_archetype>;
+}  // namespace detail
+
+/// Plans: `p.plan(ctx, batch) -> dcp::plan` for a planning context of any cost model, recompute
+/// policy and group manager.
 template <class P>
-concept planner_plans = requires(const P& p, const detail::cost_model_archetype& c, std::span<const sequence> batch,
-                                 const detail::recompute_policy_archetype& r) {
-  { p.plan(c, batch, r) } -> std::same_as<plan>;
+concept planner_plans = requires(const P& p, const detail::planning_context_archetype<>& ctx,
+                                 std::span<const sequence> batch) {
+  { p.plan(ctx, batch) } -> std::same_as<plan>;
 };
 
 template <class P>
@@ -86,8 +101,9 @@ concept bucketing_planner = planner<P> && requires(P& p, const B& b) {
 
 /// A planner whose knobs are tuned on a whole dataset under cost model C (see the file comment).
 template <class P, class C>
-concept tunable_planner = planner<P> && requires(const P& p, const C& c, std::span<const sequence> data) {
-  { p.tune(c, data) } -> std::same_as<P>;
+concept tunable_planner = planner<P> && requires(const P& p, const detail::planning_context_archetype<C>& ctx,
+                                                  std::span<const sequence> data) {
+  { p.tune(ctx, data) } -> std::same_as<P>;
 };
 
 }  // namespace dcp

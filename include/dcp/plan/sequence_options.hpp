@@ -14,7 +14,6 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
-#include <dcp/group/buddy_groups.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
@@ -102,13 +101,12 @@ error infeasible_error(const C& cost, const sequence& s) {
                                      " tokens; use more GPUs or memory, or on_infeasible = skip");
 }
 
-/// Validates the job (cost model, GPU layout) and the batch (positive shapes, unique ids), and splits it into sequences that have at
+/// Validates the cost model (the planner validated the group layout: `planning_context::validate`) and the batch (positive shapes, unique ids), and splits it into sequences that have at
 /// least one feasible option and those that have none, following `policy`.
 template <cost_model C>
 std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence> batch, infeasible_policy policy,
                                          std::vector<skipped_sequence>& skipped) {
   if constexpr (requires { cost.validate(); }) cost.validate();
-  buddy_groups{cost.gpus(), cost.gpus_per_node()}.validate();
   check(!batch.empty(), errc::invalid_argument,
         [] { return std::string("empty batch: a global batch needs at least one sequence"); });
   std::vector<std::int64_t> ids;

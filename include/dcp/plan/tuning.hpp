@@ -21,7 +21,9 @@
 #include <dcp/error.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
+#include <dcp/recompute/full_recompute.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/sequence.hpp>
 
@@ -130,14 +132,14 @@ std::vector<sequence> fixed_sp_sequences(const C& cost, std::span<const sequence
 }
 
 /// What a static planner whose knob is left at 0 does: it tunes itself on the batch and plans it
-/// (`p.tune(cost, batch).plan(cost, batch)`); a batch with no feasible sequence gives an empty plan
+/// (`p.tune(ctx, batch).plan(ctx, batch)`); a batch with no feasible sequence gives an empty plan
 /// that lists the skipped ones (or `on_infeasible = error` has thrown already).
-template <class Planner, cost_model C>
-plan plan_tuned_on_batch(const Planner& p, const C& cost, std::span<const sequence> batch) {
+template <class Planner, any_planning_context Ctx>
+plan plan_tuned_on_batch(const Planner& p, const Ctx& ctx, std::span<const sequence> batch) {
   std::vector<skipped_sequence> skipped;
-  const auto feasible = feasible_sequences(cost, batch, p.on_infeasible, skipped);
-  if (!feasible.empty()) return p.tune(cost, batch).plan(cost, batch);
-  plan_builder<C> builder(cost, p.name());
+  const auto feasible = feasible_sequences(ctx.cost, batch, p.on_infeasible, skipped);
+  if (!feasible.empty()) return p.tune(ctx, batch).plan(ctx, batch);
+  plan_builder<typename Ctx::cost_type> builder(ctx.cost, p.name());
   builder.skip(std::move(skipped));
   return std::move(builder).finish(feasible, p.loss);
 }
@@ -154,19 +156,22 @@ inline std::uint64_t batch_digest(std::span<const sequence> batch) noexcept {
   return h;
 }
 
-/// Runs `micro` (micro-batches, in order) as a static data-parallel system does: D = N / sp
-/// data-parallel groups (aligned blocks of sp ranks; ranks past D * sp stay idle), one
-/// micro-batch per group per iteration, every iteration a round of its own that starts when the
-/// previous one's slowest group finishes (the gradient all-reduce is a barrier). Every step
-/// checkpoints `k` blocks.
-template <cost_model C>
-void deal_synchronised(plan_builder<C>& builder, const C& cost, const std::vector<std::vector<sequence>>& micro,
+/// Runs `micro` (micro-batches, in order) as a static data-parallel system does: D data-parallel
+/// groups, the group manager's blocks of sp ranks (D = N / sp for buddy blocks; ranks in no block
+/// stay idle), micro-batch j of an iteration on block j, one micro-batch per group per iteration,
+/// every iteration a round of its own that starts when the previous one's slowest group finishes
+/// (the gradient all-reduce is a barrier). Every step checkpoints `k` blocks.
+template <cost_model C, group_manager G>
+void deal_synchronised(plan_builder<C>& builder, const G& groups, const std::vector<std::vector<sequence>>& micro,
                        int sp, int k) {
-  const int groups = std::max(1, cost.gpus() / sp);
-  for (std::size_t first = 0; first < micro.size(); first += static_cast<std::size_t>(groups)) {
+  const int d = groups.block_count(sp);
+  check(d > 0, errc::invalid_argument, [&] {
+    return "the group manager offers no block of sp = " + std::to_string(sp) + "; tune on its blocks";
+  });
+  for (std::size_t first = 0; first < micro.size(); first += static_cast<std::size_t>(d)) {
     if (first > 0) builder.barrier();
-    for (int g = 0; g < groups && first + static_cast<std::size_t>(g) < micro.size(); ++g)
-      builder.place(builder.make_step(micro[first + static_cast<std::size_t>(g)], rank_block{g * sp, sp}, k));
+    for (int g = 0; g < d && first + static_cast<std::size_t>(g) < micro.size(); ++g)
+      builder.place(builder.make_step(micro[first + static_cast<std::size_t>(g)], groups.block(sp, g), k));
   }
 }
 
@@ -184,17 +189,20 @@ struct fixed_sp_tuning {
   friend bool operator==(const fixed_sp_tuning&, const fixed_sp_tuning&) = default;
 };
 
-/// Tunes a static planner as a user would: every sp of `fixed_sp_candidates(cost, data)` and
-/// every fill of `fill_candidates` is simulated on `batches` with the planner
-/// `configure(sp, fill)` returns, and the pair with the highest throughput (the smallest summed
-/// makespan, every candidate running the same tokens) wins; ties go to the smaller sp, then the
-/// fuller micro-batch. Throws `dcp::error` when no legal sp holds every sequence.
-template <cost_model C, class Configure>
-fixed_sp_tuning tune_fixed_sp(const C& cost, std::span<const sequence> data,
+/// Tunes a static planner as a user would: every sp of `fixed_sp_candidates(cost, data)` that
+/// the context's group manager offers blocks of and every fill of `fill_candidates` is simulated
+/// on `batches` with the planner `configure(sp, fill)` returns (planning in `ctx`), and the pair
+/// with the highest throughput (the smallest summed makespan, every candidate running the same
+/// tokens) wins; ties go to the smaller sp, then the fuller micro-batch. Throws `dcp::error` when
+/// no such sp holds every sequence.
+template <any_planning_context Ctx, class Configure>
+fixed_sp_tuning tune_fixed_sp(const Ctx& ctx, std::span<const sequence> data,
                               const std::vector<std::vector<sequence>>& batches, Configure configure) {
-  const auto candidates = fixed_sp_candidates(cost, data);
+  const auto& cost = ctx.cost;
+  auto candidates = fixed_sp_candidates(cost, data);
+  std::erase_if(candidates, [&](int sp) { return ctx.groups.block_count(sp) <= 0; });
   check(!candidates.empty(), errc::infeasible, [&] {
-    return "no legal sp holds every sequence of the dataset with all blocks checkpointed on " +
+    return "no legal sp the group manager offers holds every sequence of the dataset with all blocks checkpointed on " +
            std::to_string(cost.gpus()) + " GPUs; use more GPUs or memory";
   });
   fixed_sp_tuning out;
@@ -203,12 +211,21 @@ fixed_sp_tuning tune_fixed_sp(const C& cost, std::span<const sequence> data,
     for (double fill : fill_candidates) {
       const auto planner = configure(sp, fill);
       double seconds = 0;
-      for (const auto& b : batches) seconds += planner.plan(cost, std::span<const sequence>(b)).makespan_s;
+      for (const auto& b : batches) seconds += planner.plan(ctx, std::span<const sequence>(b)).makespan_s;
       out.seconds.emplace_back(sp, fill, seconds);
       if (seconds < best) best = seconds, out.sp = sp, out.fill = fill;
     }
   }
   return out;
+}
+
+/// `p.tune(planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
+/// the one implementation of the static planners' `tune(cost, data, ...)` (they checkpoint every
+/// block whatever the recompute policy).
+template <class Planner, cost_model C>
+Planner tune_on_default_groups(const Planner& p, const C& cost, std::span<const sequence> data, std::int64_t budget,
+                               std::uint64_t sampler_seed) {
+  return p.tune(planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, sampler_seed);
 }
 
 }  // namespace dcp

@@ -21,6 +21,7 @@
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/execute.hpp>
@@ -42,6 +43,7 @@ truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const 
                                      const options& opt = {}) {
   copt.enabled = true;
   calibrator cal(make_fitted_cost(cost), copt);
+  const buddy_groups groups = default_groups(cost);  // the refitted models keep the job's layout
   dcp_planner planner;
   planner.loss = s.loss;
   planner.on_infeasible = s.on_infeasible;
@@ -54,7 +56,7 @@ truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const 
     const auto t0 = std::chrono::steady_clock::now();
     if (i > 0) cal.refit();
     planner.speeds = cal.speeds();
-    plan p = planner.plan(cal.model(), std::span<const sequence>(batches[i]), selective_recompute{});
+    plan p = planner.plan(planning_context{cal.model(), selective_recompute{}, groups}, std::span<const sequence>(batches[i]));
     p.method = std::string(calibrated_method);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     execution e = execute(p, t, i);

@@ -133,11 +133,12 @@ struct truth_run_result {
   std::vector<plan> executed;  ///< as executed on the truth
 };
 
-/// Plans every batch with `planner` on `cost` and executes each plan on `t`; batch i uses jitter
+/// Plans every batch with `planner` in `ctx` and executes each plan on `t`; batch i uses jitter
 /// stream i.
-template <cost_model C, planner P, cost_model T>
-truth_run_result simulate(const C& cost, const P& planner, std::span<const std::vector<sequence>> batches,
+template <any_planning_context Ctx, planner P, cost_model T>
+truth_run_result simulate(const Ctx& ctx, const P& planner, std::span<const std::vector<sequence>> batches,
                           const truth<T>& t, const options& opt = {}) {
+  const auto& cost = ctx.cost;
   truth_run_result out;
   out.metrics.method = planner.name();
   out.metrics.gpus = cost.gpus();
@@ -145,7 +146,7 @@ truth_run_result simulate(const C& cost, const P& planner, std::span<const std::
   detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating " + planner.name());
   for (std::size_t i = 0; i < batches.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    plan p = planner.plan(cost, std::span<const sequence>(batches[i]), selective_recompute{});
+    plan p = planner.plan(ctx, std::span<const sequence>(batches[i]));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     execution e = execute(p, t, i);
     out.metrics.add(e.executed, seconds, e.oom_steps);
@@ -153,6 +154,13 @@ truth_run_result simulate(const C& cost, const P& planner, std::span<const std::
     progress.update(i + 1, batches.size());
   }
   return out;
+}
+
+/// `simulate` on a truth in `planning_context{cost, selective_recompute{}, default_groups(cost)}`.
+template <cost_model C, planner P, cost_model T>
+truth_run_result simulate(const C& cost, const P& planner, std::span<const std::vector<sequence>> batches,
+                          const truth<T>& t, const options& opt = {}) {
+  return simulate(planning_context{cost, selective_recompute{}, default_groups(cost)}, planner, batches, t, opt);
 }
 
 }  // namespace dcp::sim

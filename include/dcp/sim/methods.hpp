@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
@@ -23,6 +24,8 @@
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/planning_context.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/simulator.hpp>
@@ -66,10 +69,11 @@ struct method_settings {
   friend bool operator==(const method_settings&, const method_settings&) = default;
 };
 
-/// Calls `f(planner, tune_seconds)` with the planner `name` stands for, tuned on `data` (the
-/// whole dataset) when it is a tuned method (bucket, packed, dynamic_cp). Returns what `f` returns.
-template <cost_model C, class F>
-decltype(auto) with_method(std::string_view name, const C& cost, std::span<const sequence> data,
+/// Calls `f(planner, tune_seconds)` with the planner `name` stands for, tuned in `ctx` on `data`
+/// (the whole dataset) when it is a tuned method (bucket, packed, dynamic_cp). Returns what `f`
+/// returns.
+template <any_planning_context Ctx, class F>
+decltype(auto) with_method(std::string_view name, const Ctx& ctx, std::span<const sequence> data,
                            const method_settings& s, F&& f) {
   validate_method(name);
   if (name.starts_with("dcp")) {
@@ -86,43 +90,61 @@ decltype(auto) with_method(std::string_view name, const C& cost, std::span<const
     packed_planner p;
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
-    p = p.tune(cost, data, s.global_batch_tokens, s.seed);
+    p = p.tune(ctx, data, s.global_batch_tokens, s.seed);
     return f(p, seconds());
   }
   if (name == "dynamic_cp") {  // its per-rank token limit, tuned as its users tune it
     dynamic_cp_planner p;
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
-    p = p.tune(cost, data, s.global_batch_tokens, s.seed);
+    p = p.tune(ctx, data, s.global_batch_tokens, s.seed);
     return f(p, seconds());
   }
   bucket_planner p;
   p.seed = s.seed;
   p.loss = s.loss;
   p.on_infeasible = s.on_infeasible;
-  p = p.tune(cost, data, s.global_batch_tokens, s.seed);
+  p = p.tune(ctx, data, s.global_batch_tokens, s.seed);
   return f(p, seconds());
 }
 
-/// Simulates method `name` on `batches` (cut from `data`), tuning it on `data` first if needed.
-template <cost_model C>
-run_result run_method(std::string_view name, const C& cost, std::span<const sequence> data,
+/// `with_method` in `planning_context{cost, selective_recompute{}, default_groups(cost)}`.
+template <cost_model C, class F>
+decltype(auto) with_method(std::string_view name, const C& cost, std::span<const sequence> data,
+                           const method_settings& s, F&& f) {
+  return with_method(name, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, s,
+                     std::forward<F>(f));
+}
+
+/// Simulates method `name` on `batches` (cut from `data`) in `ctx`, tuning it on `data` first if
+/// needed.
+template <any_planning_context Ctx>
+run_result run_method(std::string_view name, const Ctx& ctx, std::span<const sequence> data,
                       std::span<const std::vector<sequence>> batches, const method_settings& s,
                       const options& opt = {}) {
-  return with_method(name, cost, data, s, [&](const auto& planner, double tune_seconds) {
-    run_result r = simulate(cost, planner, batches, opt);
+  return with_method(name, ctx, data, s, [&](const auto& planner, double tune_seconds) {
+    run_result r = simulate(ctx, planner, batches, opt);
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;
-    if constexpr (requires { planner.tuned_setting(cost); }) r.metrics.tuned = planner.tuned_setting(cost);
+    if constexpr (requires { planner.tuned_setting(ctx.cost); }) r.metrics.tuned = planner.tuned_setting(ctx.cost);
     return r;
   });
 }
 
-/// Simulates method `name` on `batches`, every plan executed on the truth `t`. `oracle` is the
-/// dcp planner planning on `t.model` with `t.speeds` (the truth without its jitter); every other
-/// method plans on `cost` as it does without a truth.
-template <cost_model C, cost_model T>
-truth_run_result run_method(std::string_view name, const C& cost, std::span<const sequence> data,
+/// `run_method` in `planning_context{cost, selective_recompute{}, default_groups(cost)}`.
+template <cost_model C>
+run_result run_method(std::string_view name, const C& cost, std::span<const sequence> data,
+                      std::span<const std::vector<sequence>> batches, const method_settings& s,
+                      const options& opt = {}) {
+  return run_method(name, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, batches, s, opt);
+}
+
+/// Simulates method `name` in `ctx` on `batches`, every plan executed on the truth `t`. `oracle`
+/// is the dcp planner planning on `t.model` with `t.speeds` (the truth without its jitter) and the
+/// context's recompute policy and group manager; every other method plans in `ctx` as it does
+/// without a truth.
+template <any_planning_context Ctx, cost_model T>
+truth_run_result run_method(std::string_view name, const Ctx& ctx, std::span<const sequence> data,
                             std::span<const std::vector<sequence>> batches, const method_settings& s,
                             const truth<T>& t, const options& opt = {}) {
   validate_method(name, true);
@@ -131,17 +153,26 @@ truth_run_result run_method(std::string_view name, const C& cost, std::span<cons
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
     p.speeds = t.speeds;
-    truth_run_result r = simulate(t.model, p, batches, t, opt);
+    truth_run_result r = simulate(planning_context{t.model, ctx.recompute, ctx.groups}, p, batches, t, opt);
     r.metrics.method = std::string(name);
     return r;
   }
-  return with_method(name, cost, data, s, [&](const auto& planner, double tune_seconds) {
-    truth_run_result r = simulate(cost, planner, batches, t, opt);
+  const auto& cost = ctx.cost;
+  return with_method(name, ctx, data, s, [&](const auto& planner, double tune_seconds) {
+    truth_run_result r = simulate(ctx, planner, batches, t, opt);
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;
     if constexpr (requires { planner.tuned_setting(cost); }) r.metrics.tuned = planner.tuned_setting(cost);
     return r;
   });
+}
+
+/// `run_method` on a truth in `planning_context{cost, selective_recompute{}, default_groups(cost)}`.
+template <cost_model C, cost_model T>
+truth_run_result run_method(std::string_view name, const C& cost, std::span<const sequence> data,
+                            std::span<const std::vector<sequence>> batches, const method_settings& s,
+                            const truth<T>& t, const options& opt = {}) {
+  return run_method(name, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, batches, s, t, opt);
 }
 
 }  // namespace dcp::sim

@@ -23,6 +23,7 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
@@ -78,11 +79,13 @@ class progress_line {
 
 }  // namespace detail
 
-/// Plans every batch of `batches` with `planner` on `cost` and measures the run.
+/// Plans every batch of `batches` with `planner` in `ctx` (cost model, recompute policy, group
+/// manager) and measures the run on the context's cost model.
 /// Throws what the planner throws (an infeasible sequence under `infeasible_policy::error`).
-template <cost_model C, planner P>
-run_result simulate(const C& cost, const P& planner, std::span<const std::vector<sequence>> batches,
+template <any_planning_context Ctx, planner P>
+run_result simulate(const Ctx& ctx, const P& planner, std::span<const std::vector<sequence>> batches,
                     const options& opt = {}) {
+  const auto& cost = ctx.cost;
   run_result out;
   out.metrics.method = planner.name();
   out.metrics.gpus = cost.gpus();
@@ -91,7 +94,7 @@ run_result simulate(const C& cost, const P& planner, std::span<const std::vector
   detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating " + planner.name());
   for (std::size_t i = 0; i < batches.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    plan p = planner.plan(cost, std::span<const sequence>(batches[i]), selective_recompute{});
+    plan p = planner.plan(ctx, std::span<const sequence>(batches[i]));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.metrics.add(p, seconds);
     if (opt.keep_plans) out.plans.push_back(std::move(p));
@@ -100,11 +103,19 @@ run_result simulate(const C& cost, const P& planner, std::span<const std::vector
   return out;
 }
 
-/// Overload for a vector of batches.
+/// `simulate` in `planning_context{cost, selective_recompute{}, default_groups(cost)}`.
 template <cost_model C, planner P>
-run_result simulate(const C& cost, const P& planner, const std::vector<std::vector<sequence>>& batches,
+run_result simulate(const C& cost, const P& planner, std::span<const std::vector<sequence>> batches,
                     const options& opt = {}) {
-  return simulate(cost, planner, std::span<const std::vector<sequence>>(batches), opt);
+  return simulate(planning_context{cost, selective_recompute{}, default_groups(cost)}, planner, batches, opt);
+}
+
+/// Overload for a vector of batches (`cost_or_ctx` a cost model or a planning context).
+template <class CostOrContext, planner P>
+  requires cost_model<CostOrContext> || any_planning_context<CostOrContext>
+run_result simulate(const CostOrContext& cost_or_ctx, const P& planner, const std::vector<std::vector<sequence>>& batches,
+                    const options& opt = {}) {
+  return simulate(cost_or_ctx, planner, std::span<const std::vector<sequence>>(batches), opt);
 }
 
 }  // namespace dcp::sim
