@@ -432,7 +432,7 @@ class dcp_planning {
         for (j = 0; j < std::min(steps.size(), direct) && !takes(j);) ++j;
         if (j == direct && open) {
           // The first that fits from there; past one over the cap, step by step (time prunes no range).
-          j = std::min(open->first(direct, it.load.tokens, room), steps.size());
+          if constexpr (memory_by_tokens) j = std::min(open->first(direct, it.load.tokens, room), steps.size());
           while (j < steps.size() && !takes(j)) ++j;
         } else {
           for (; j < steps.size() && !takes(j);) ++j;
