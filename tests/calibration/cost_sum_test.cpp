@@ -2,6 +2,7 @@
 // the trained model when no network is added, and plans soundly through the cost slot.
 #include "calibration_test_support.hpp"
 
+#include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -85,13 +86,8 @@ TEST(cost_sum, plans_soundly_in_the_cost_slot) {
 TEST(cost_sum, bad_networks_are_rejected_by_name) {
   auto f = dcp::forward_networks::t5_xxl_encoder(dcp::devices::h200());
   f.flop_rate = 0;
-  try {
-    (void)dcp::make_cost_sum(trained(8), {f});
-    ADD_FAILURE() << "no error";
-  } catch (const dcp::error& e) {
-    EXPECT_NE(std::string(e.what()).find("t5-xxl-encoder"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("flop_rate"), std::string::npos);
-  }
+  EXPECT_DCP_ERROR((void)dcp::make_cost_sum(trained(8), {f}), dcp::errc::invalid_argument, "t5-xxl-encoder",
+                   "flop_rate");
   auto huge = dcp::forward_networks::t5_xxl_encoder(dcp::devices::h200());
   huge.parameters = 1e12;
   EXPECT_THROW((void)dcp::make_cost_sum(trained(8), {huge}), dcp::error);

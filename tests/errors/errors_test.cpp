@@ -67,7 +67,8 @@ std::string errc_name(const std::error_code& ec) {
   return "unknown";
 }
 
-// Runs `fn`; the dcp::error it throws is the outcome.
+// Runs `fn`; the dcp::error it throws is the outcome. Must catch: the catalogue compares
+// outcomes (library calls, rank views and CLI runs alike) as data, row by row.
 template <class Fn>
 outcome lib(Fn&& fn) {
   try {

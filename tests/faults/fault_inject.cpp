@@ -79,6 +79,7 @@ void report(int rank, const dcp::error& e, clock_type::time_point fault_at, std:
   MPI_Comm survivors = MPI_COMM_NULL;
   // Collective over the survivors only: the faulty rank takes no part.
   if (MPI_Comm_create_group(MPI_COMM_WORLD, alive, 99, &survivors) == MPI_SUCCESS && survivors != MPI_COMM_NULL) {
+    // Must catch: a failed survivor barrier is reported, then the job still ends.
     try {
       auto c = dcp::mpi_comm::adopt(survivors, timeout);
       c.barrier();
@@ -109,6 +110,7 @@ int exit_mid_all_to_all(dcp::mpi_comm& world, std::chrono::milliseconds timeout)
   const std::size_t per_peer = 16 * 1024;
   std::vector<std::uint32_t> send(per_peer * std::size_t(world.size()), std::uint32_t(world.rank()));
   std::vector<std::uint32_t> recv(send.size());
+  // Must catch: the injected fault's error is what this program reports, then every survivor ends the job.
   try {
     const auto give_up = fault_at + 10 * timeout + 10s;
     for (std::int64_t it = 0; clock_type::now() < give_up; ++it)
@@ -130,6 +132,7 @@ int never_joins_group(dcp::mpi_comm& world, std::chrono::milliseconds timeout) {
     for (;;) std::this_thread::sleep_for(1s);
   }
   const auto entered = clock_type::now();  // the fault: the faulty rank is missing from here on
+  // Must catch: as above, for a fault inside split.
   try {
     auto pairs = world.split(world.rank() / 2, world.rank());
     pairs.barrier();
@@ -152,6 +155,7 @@ int plan_agreement(dcp::mpi_comm& world, std::chrono::milliseconds timeout, bool
   const dcp::plan p = sched.plan(sched.sampler().next().sequences);
   world.barrier();  // the fault is in place once every rank has planned
   const auto planned = clock_type::now();
+  // Must catch: every rank must report the mismatch and then reach the closing barrier.
   try {
     sched.verify(p);
   } catch (const dcp::error& e) {

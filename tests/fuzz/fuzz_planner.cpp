@@ -20,6 +20,7 @@ namespace {
 template <class Planner>
 void run(const Planner& p, const dcp::analytic_cost& cost, const std::vector<dcp::sequence>& batch) {
   dcp::plan plan;
+  // Must catch: a fuzz target sorts the error codes itself (infeasible is allowed, others abort).
   try {
     plan = p.plan(cost, batch);
   } catch (const dcp::error& e) {
@@ -54,6 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   int gpus = static_cast<int>(in.u16() % 1024) + 1;
   if (gpus > device.gpus_per_node) gpus -= gpus % device.gpus_per_node;  // whole nodes
   dcp::analytic_cost cost{model, device, gpus};
+  // Must catch: a filter, not an expectation (a job the cost model rejects is not fuzzed further).
   try {
     cost.validate();
   } catch (const dcp::error&) {

@@ -164,6 +164,7 @@ TEST(DcpPlanner, RandomBatchesKeepEveryLaw) {
     planner.loss = g.between(0, 1) ? dcp::loss_normalization::token_mean : dcp::loss_normalization::sample_mean;
     if (g.between(0, 9) == 0) planner.improve_moves = static_cast<std::size_t>(g.between(0, 2));  // little or no improving
     dcp::plan p;
+    // Must catch: no error is expected here, and a failure has to print the random input it came from.
     try {
       p = planner.plan(c, batch);
     } catch (const dcp::error& e) {
