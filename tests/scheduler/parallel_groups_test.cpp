@@ -50,6 +50,40 @@ TEST(parallel_groups, partition_the_world_as_designed_on_random_layouts) {
   }
 }
 
+// A real plan of a tp = 2 job on 8 local ranks: the scheduler plans 4 units, every rank agrees,
+// and every GPU of a step's units runs it with a communicator of all its sp tp GPUs.
+TEST(parallel_groups, a_tp_plan_runs_on_every_gpu_of_its_units) {
+  std::vector<int> steps_run(8, 0);
+  std::vector<std::size_t> expected(8, 0);
+  dcp::local_world::run(8, [&](dcp::local_comm& world) {
+    dcp::device_spec dev = dcp::devices::h200();
+    dcp::scheduler_options opt;
+    opt.device = dev;
+    const auto model = dcp_test::tiny_moe();
+    dcp::scheduler<dcp::transformer_spec, dcp::local_comm> sched(
+        model, world, dcp::make_analytic_cost(model, dev, 8, {.tp = 2, .ep = 2}), opt);
+    std::vector<dcp::sequence> batch;
+    for (int i = 0; i < 12; ++i) batch.push_back(dcp::make_sequence(i, 1000 + 7000 * (i % 5)));
+    const auto p = sched.plan(batch);
+    sched.verify(p);
+    EXPECT_EQ(p.tp, 2);
+    EXPECT_EQ(p.gpus, 4);
+    const auto steps = sched.steps_for(p);
+    expected[static_cast<std::size_t>(world.rank())] = p.steps_of(world.rank() / 2).size();
+    for (const auto& s : steps) {
+      EXPECT_EQ(s.comm().size(), s.sp() * 2);
+      EXPECT_EQ(s.comm().rank(), world.rank() - s.gpus().first);
+      EXPECT_EQ(s.ulysses_comm().size(), s.ulysses());
+      ++steps_run[static_cast<std::size_t>(world.rank())];
+    }
+  });
+  for (std::size_t g = 0; g < 8; ++g) {
+    EXPECT_GT(steps_run[g], 0) << "GPU " << g;
+    EXPECT_EQ(static_cast<std::size_t>(steps_run[g]), expected[g]) << "GPU " << g;
+    EXPECT_EQ(steps_run[g], steps_run[g ^ 1]) << "the two GPUs of unit " << g / 2 << " run the same steps";
+  }
+}
+
 TEST(parallel_groups, ep_is_fixed_for_the_run_and_a_plan_of_another_tp_is_refused) {
   dcp::local_world::run(4, [](dcp::local_comm& world) {
     dcp::device_spec dev = dcp::devices::h200();
