@@ -20,7 +20,10 @@
 /// carries its group's communicator (created once per block size and cached), its checkpointed
 /// blocks and the loss weight of each sequence: scale each sequence's summed token loss by its
 /// weight, do not average per rank, and the all-reduced SUM of gradients is exactly the
-/// full-batch gradient whatever the plan.
+/// full-batch gradient whatever the plan. With a tensor-parallel cost model (tp > 1) plans name
+/// TP groups; each step's `ulysses_comm()` / `ring_comm()` hold this TP rank's GPUs of its units,
+/// and `tp_group()`, `ep_group()`, `data_parallel_group()` (reduce dense gradients over it instead
+/// of the world) and `expert_data_parallel_group()` are the run's fixed groups (DESIGN 4.4).
 
 #include <algorithm>
 #include <cmath>
