@@ -9,9 +9,6 @@
 // Plans stay valid (`plan_violations` with the manager: exactly once, memory, offered blocks),
 // the scheduler runs them end to end on `local_comm`, and a manager that breaks the laws or
 // does not fit the job is refused with a `dcp::error` naming the values.
-#include <dcp_test/support.hpp>
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <cstdint>
 #include <ostream>
@@ -19,6 +16,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include <dcp/comm/local.hpp>
 #include <dcp/cost/analytic.hpp>
@@ -32,6 +31,8 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/scheduler.hpp>
+
+#include <dcp_test/support.hpp>
 
 namespace {
 
@@ -93,7 +94,9 @@ struct sliding_groups {
   int gpus_per_node() const noexcept { return node_size; }
   void validate() const {}
   int block_count(int sp) const noexcept { return sp > 0 && sp <= world ? world / sp : 0; }
-  dcp::rank_block block(int sp, int i) const noexcept { return sp == 2 ? dcp::rank_block{i, 2} : dcp::rank_block{i * sp, sp}; }
+  dcp::rank_block block(int sp, int i) const noexcept {
+    return sp == 2 ? dcp::rank_block{i, 2} : dcp::rank_block{i * sp, sp};
+  }
   dcp::rank_block block_of(int rank, int sp) const noexcept { return {rank / sp * sp, sp}; }
 
   friend bool operator==(const sliding_groups&, const sliding_groups&) = default;
@@ -244,8 +247,7 @@ TEST(group_manager, a_manager_for_another_job_is_refused_by_name) {
   EXPECT_DCP_ERROR(dcp::dcp_planner{}.plan(wrong_n, batch), dcp::errc::invalid_argument, "lays out 8 units",
                    "cost model plans 16 units");
   const dcp::planning_context wrong_g{c, dcp::selective_recompute{}, dcp::buddy_groups{16, 8}};
-  EXPECT_DCP_ERROR(dcp::packed_planner{}.plan(wrong_g, batch), dcp::errc::invalid_argument, "8 per node",
-                   "4 per node");
+  EXPECT_DCP_ERROR(dcp::packed_planner{}.plan(wrong_g, batch), dcp::errc::invalid_argument, "8 per node", "4 per node");
 }
 
 constexpr dcp::local_world_options world_options{std::chrono::seconds(30), true};

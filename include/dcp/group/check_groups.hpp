@@ -28,7 +28,8 @@ std::vector<std::string> group_law_violations(const G& g) {
     const int count = g.block_count(sp);
     if (count < 0 || static_cast<long long>(count) * sp > n) {
       fail("block_count(" + std::to_string(sp) + ") = " + std::to_string(count) + ": not in [0, " +
-           std::to_string(n / sp) + "] (disjoint blocks of " + std::to_string(sp) + " in " + std::to_string(n) + " ranks)");
+           std::to_string(n / sp) + "] (disjoint blocks of " + std::to_string(sp) + " in " + std::to_string(n) +
+           " ranks)");
       continue;
     }
     used.assign(static_cast<std::size_t>(n / sp), 0);

@@ -154,7 +154,8 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
 /// `plan_violations(p, batch, cost)`, and every step on a block `groups` offers: its ranks are
 /// `groups.block(sp, i)` for some i (a planner given a group manager places only there).
 template <cost_model C, group_manager G>
-std::vector<std::string> plan_violations(const plan& p, std::span<const sequence> batch, const C& cost, const G& groups) {
+std::vector<std::string> plan_violations(const plan& p, std::span<const sequence> batch, const C& cost,
+                                         const G& groups) {
   std::vector<std::string> out = plan_violations(p, batch, cost);
   std::map<int, std::vector<char>> offered;  // size -> whether the aligned block at first / size is offered
   const int n = groups.gpus();
@@ -171,9 +172,9 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
       }
     }
     if (!it->second[static_cast<std::size_t>(b.first / b.size)])
-      out.push_back("step " + std::to_string(i) + " on ranks [" + std::to_string(b.first) + ", " + std::to_string(b.end()) +
-                    "): not a block the group manager offers (none of its " + std::to_string(groups.block_count(b.size)) +
-                    " blocks of " + std::to_string(b.size) + ")");
+      out.push_back("step " + std::to_string(i) + " on ranks [" + std::to_string(b.first) + ", " +
+                    std::to_string(b.end()) + "): not a block the group manager offers (none of its " +
+                    std::to_string(groups.block_count(b.size)) + " blocks of " + std::to_string(b.size) + ")");
   }
   return out;
 }

@@ -255,8 +255,8 @@ struct dynamic_cp_planner {
       return len[a] != len[b] ? len[a] > len[b] : seqs[a].id < seqs[b].id;
     });
     std::vector<sequence> members;
-    std::vector<char> taken;                                                                   // ranks of this micro-batch
-    std::vector<int> cursor(static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(top))) + 1);  // by log2(size)
+    std::vector<char> taken;  // ranks of this micro-batch
+    std::vector<int> cursor(static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(top))) + 1);  // log2
     while (!remaining.empty()) {
       std::vector<cp_group> groups = micro_batch(cost, top, len, load, remaining);
       std::stable_sort(groups.begin(), groups.end(), [](const cp_group& a, const cp_group& b) { return a.size > b.size; });

@@ -56,7 +56,8 @@ truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const 
     const auto t0 = std::chrono::steady_clock::now();
     if (i > 0) cal.refit();
     planner.speeds = cal.speeds();
-    plan p = planner.plan(planning_context{cal.model(), selective_recompute{}, groups}, std::span<const sequence>(batches[i]));
+    plan p = planner.plan(planning_context{cal.model(), selective_recompute{}, groups},
+                          std::span<const sequence>(batches[i]));
     p.method = std::string(calibrated_method);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     execution e = execute(p, t, i);

@@ -172,7 +172,8 @@ template <cost_model C, cost_model T>
 truth_run_result run_method(std::string_view name, const C& cost, std::span<const sequence> data,
                             std::span<const std::vector<sequence>> batches, const method_settings& s,
                             const truth<T>& t, const options& opt = {}) {
-  return run_method(name, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, batches, s, t, opt);
+  return run_method(name, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, batches, s, t,
+                    opt);
 }
 
 }  // namespace dcp::sim

@@ -113,8 +113,8 @@ run_result simulate(const C& cost, const P& planner, std::span<const std::vector
 /// Overload for a vector of batches (`cost_or_ctx` a cost model or a planning context).
 template <class CostOrContext, planner P>
   requires cost_model<CostOrContext> || any_planning_context<CostOrContext>
-run_result simulate(const CostOrContext& cost_or_ctx, const P& planner, const std::vector<std::vector<sequence>>& batches,
-                    const options& opt = {}) {
+run_result simulate(const CostOrContext& cost_or_ctx, const P& planner,
+                    const std::vector<std::vector<sequence>>& batches, const options& opt = {}) {
   return simulate(cost_or_ctx, planner, std::span<const std::vector<sequence>>(batches), opt);
 }
 
