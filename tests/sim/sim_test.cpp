@@ -235,6 +235,9 @@ TEST(PlanJson, RecordsTpAndUlyssesTimesRingAndReadsV1) {
   auto tp1 = p;
   tp1.tp = 1;
   EXPECT_NE(tp1.hash(), p.hash()) << "tp is part of what executes";
+  const auto v = dcp::plan_violations(tp1, batch, cost);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v.front().find("tp = 1"), std::string::npos) << v.front();
 
   std::stringstream ss;
   dcp::sim::write_plan_json(ss, cost, std::span<const dcp::plan>(&p, 1));
