@@ -384,6 +384,16 @@ class dcp_planning {
     }
   }
 
+  /// Whether some legal ring runs the step within the cap (`fastest_ring(...).time_s <= cap_`,
+  /// trying the smallest ring first and stopping at the first that fits).
+  bool ends_within_cap(const load_t& l, int sp, int k) const {
+    const int first = step_ring_of(cost_, sp);
+    if (cost_.time(l, sp, k) <= cap_) return true;
+    for (int r = 2 * first, last = widest_ring_of(cost_, sp); r <= last; r *= 2)
+      if (time_with_ring(cost_, l, sp, k, r) <= cap_) return true;
+    return false;
+  }
+
   void price(step_group& g) const {
     g.k = choose(g.load, g.sp).value_or(cost_.blocks());
     const ring_choice r = fastest_ring(cost_, g.load, g.sp, g.k);
@@ -412,7 +422,7 @@ class dcp_planning {
     const int k = k_pref_[sp_index(sp)];
     // Gang steps also stay within the cap: a merged step must not set the makespan.
     auto within_cap = [&](const step_group& g, const item& it) {
-      return !capped || fastest_ring(cost_, g.load + it.load, sp, k).time_s <= cap_;
+      return !capped || ends_within_cap(g.load + it.load, sp, k);
     };
     auto join = [&](step_group& g, std::size_t m) {
       g.members.push_back(m);
