@@ -11,7 +11,9 @@
 /// cores with whatever else runs, so wall-clock time mostly measures the neighbours; CPU time
 /// is the rank's own work (compute and the copies of its collectives), not the time it slept
 /// in a collective waiting for its peer. The gang's step time is still its slowest member's (the
-/// calibrator takes the largest report). Wall-clock time is printed beside it. Peak memory is the
+/// calibrator takes the largest report); what rank 0 measures is its own part, so the calibrated
+/// model's prediction for it divides by rank 0's learned speed. Wall-clock time is printed beside
+/// it. Peak memory is the
 /// static bytes plus the activation peak of the thread's `dcp::memory_counter`.
 ///
 /// Held out: every prediction is made before its step ran (prequential): the calibrated model of
@@ -100,9 +102,10 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
         l = l + analytic.load_of(seq), pl = pl + profiled.load_of(seq), tokens += q.tokens;
       }
       const int sp = st.sp(), k = st.checkpointed_blocks;
-      double speed = 1;
-      if (!cal.speeds().empty())
-        for (int r = st.ranks.first; r < st.ranks.end(); ++r) speed = std::min(speed, cal.speeds()[std::size_t(r)]);
+      // Each rank measures its own CPU time, so the calibrated model predicts this rank's part:
+      // the fitted time (a full-speed GPU's) over this rank's learned speed. (A gang's time, what
+      // the calibrator fits, is its slowest member's; that is another rank's measurement.)
+      const double speed = cal.speeds().empty() ? 1.0 : cal.speeds()[std::size_t(world.rank())];
       const double peak = fixed_bytes + ts.activation_bytes;
       const prediction_row row{i, ts.cpu_s, analytic.time(l, sp, k), profiled.time(pl, sp, k), fitted.time(l, sp, k),
                                cal.model().time(l, sp, k) / speed};
@@ -122,7 +125,11 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
       }
       sched.observe(ts.index, ts.cpu_s, peak);
     }
-    if (root) std::printf("step %3d  loss %.5f  planned with memory margin %.4f\n", i, s.loss, cal.model().memory_margin);
+    if (root) {
+      std::printf("step %3d  loss %.5f  planned with memory margin %.4f, speeds", i, s.loss, cal.model().memory_margin);
+      for (double v : cal.speeds()) std::printf(" %.3f", v);
+      std::printf("%s\n", cal.speeds().empty() ? " all 1" : "");
+    }
   }
   if (out) std::fclose(out);
   if (!root) return;

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// `calibrator`: learns the real clock from executed micro-steps (DESIGN section 4.1). It keeps a
+/// `calibrator`: learns the real clock from executed micro-steps (DESIGN section 9.2). It keeps a
 /// window of executed steps (what ran, on which ranks, what each member measured), and `refit()`
 /// turns them into
 ///   - a `fitted_cost` (the prior refitted, `fit_cost`), on times corrected for slow GPUs;

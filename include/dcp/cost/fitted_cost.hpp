@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// `fitted_cost`: the analytic model's functional form (DESIGN section 4) with its coefficients
-/// fitted to measured micro-steps (DESIGN section 4.1).
+/// fitted to measured micro-steps (DESIGN section 9.1).
 ///
 /// Time of a step of N tokens, attention FLOPs A, on sp GPUs with k of L blocks checkpointed,
 /// x = N / sp, e(x) = x / (x + x_half), r = 3 + rho k / L, a = c (2L + k), v = 2 h N / sp (sp-1)/sp:
