@@ -240,6 +240,31 @@ TEST(group_manager, buddy_context_gives_the_plans_of_the_cost_only_call) {
   }
 }
 
+// With tp > 1 a manager lays out units (TP groups): 16 GPUs at tp = 2 in nodes of 4 are 8 units,
+// 2 per node. Buddy blocks of units give the cost-only plans; the node-local manager keeps every
+// step inside a node's 2 units; a manager of GPUs instead of units is refused.
+TEST(group_manager, managers_lay_out_tp_units) {
+  dcp_test::rng r(23);
+  dcp::device_spec d = dcp::devices::h200();
+  d.gpus_per_node = 4;
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), d, 16, {.tp = 2});
+  ASSERT_EQ(c.gpus(), 8);
+  ASSERT_EQ(c.gpus_per_node(), 2);
+  const node_local_groups local{8, 2};
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto batch = random_batch(r, c);
+    const dcp::planning_context buddy{c, dcp::selective_recompute{}, dcp::buddy_groups{8, 2}};
+    EXPECT_EQ(dcp::dcp_planner{}.plan(buddy, batch), dcp::dcp_planner{}.plan(c, batch));
+    const dcp::plan p = dcp::dcp_planner{}.plan(dcp::planning_context{c, dcp::selective_recompute{}, local}, batch);
+    const auto v = dcp::plan_violations(p, batch, c, local);
+    EXPECT_TRUE(v.empty()) << (v.empty() ? "" : v.front());
+    for (const auto& s : p.steps) EXPECT_FALSE(spans_nodes(s.ranks, 2)) << s.ranks;
+  }
+  const dcp::planning_context gpus{c, dcp::selective_recompute{}, dcp::buddy_groups{16, 4}};
+  EXPECT_DCP_ERROR(dcp::dcp_planner{}.plan(gpus, std::vector<dcp::sequence>{dcp::make_sequence(1, 4096)}),
+                   dcp::errc::invalid_argument, "lays out 16 units", "plans 8 units", "TP groups when tp > 1");
+}
+
 TEST(group_manager, a_manager_for_another_job_is_refused_by_name) {
   const auto c = job(16, 4);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 4096)};
