@@ -539,19 +539,27 @@ class dcp_planning {
     const int sp = sps_.empty() ? 1 : sps_[level];
     const int n = groups.block_count(sp);
     std::vector<std::vector<std::size_t>> on(static_cast<std::size_t>(n));
-    // Estimate descending, id ascending (ids are unique: a total order), sorted by value: the
-    // keys carry what the assignment reads, so it does not chase items_ in random order.
+    for (auto& members : on) members.reserve(fluid.size() / static_cast<std::size_t>(n) + 4);
+    // Estimate descending, id ascending (ids are unique: a total order). The keys carry what the
+    // assignment reads, so it does not chase items_ in random order. `fluid` is in id order and
+    // estimates are non-negative, whose bits order as their values: a stable radix sort on the
+    // complemented bits gives exactly that order, in linear time.
     struct fluid_key {
-      double estimate;
-      std::int64_t id;
+      std::uint64_t order;  // ~bits of the estimate
       std::size_t index;
+      double estimate() const noexcept { return std::bit_cast<double>(~order); }
     };
-    std::vector<fluid_key> keys;
-    keys.reserve(fluid.size());
-    for (std::size_t m : fluid) keys.push_back({items_[m].estimate, items_[m].seq.id, m});
-    std::sort(keys.begin(), keys.end(), [](const fluid_key& x, const fluid_key& y) {
-      return x.estimate != y.estimate ? x.estimate > y.estimate : x.id < y.id;
-    });
+    std::vector<fluid_key> keys(fluid.size()), spare(fluid.size());
+    for (std::size_t j = 0; j < fluid.size(); ++j)
+      keys[j] = {~std::bit_cast<std::uint64_t>(items_[fluid[j]].estimate + 0.0), fluid[j]};  // + 0.0: no -0
+    for (int shift = 0; shift < 64; shift += 11) {
+      std::vector<std::size_t> at(2049, 0);
+      for (const fluid_key& key : keys) ++at[((key.order >> shift) & 2047) + 1];
+      if (std::find(at.begin(), at.end(), keys.size()) != at.end()) continue;  // one digit for all: in order
+      for (std::size_t d = 1; d < at.size(); ++d) at[d] += at[d - 1];
+      for (const fluid_key& key : keys) spare[at[(key.order >> shift) & 2047]++] = key;
+      keys.swap(spare);
+    }
     using slot = std::pair<double, int>;
     std::priority_queue<slot, std::vector<slot>, std::greater<>> least;
     for (int u = 0; u < n; ++u) least.push({b.ready(groups.block(sp, u)), u});
@@ -559,7 +567,7 @@ class dcp_planning {
       auto [load, u] = least.top();
       least.pop();
       on[static_cast<std::size_t>(u)].push_back(key.index);
-      least.push({load + key.estimate / sp / b.speed_of(groups.block(sp, u)), u});
+      least.push({load + key.estimate() / sp / b.speed_of(groups.block(sp, u)), u});
     }
     std::vector<std::vector<step_group>> steps(static_cast<std::size_t>(n));
     std::set<slot> finish;
