@@ -1,5 +1,6 @@
 # Runs one diagnostic of tests/fail (see CMakeLists.txt there).
 #   -DCXX=<compiler> -DFLAGS_FILE=<response file> -DSOURCE=<file.cpp> -DMODE=fail|twin [-DEXPECT=<regex>]
+#   [-DPRELUDE=<header>]  (included first; GCC reads its precompiled <header>.gch when there is one)
 # fail: prints the compiler's output; prints "dcp-fail-test: UNEXPECTED ..." (which fails the test
 #       through FAIL_REGULAR_EXPRESSION) when it compiled, or when its first error is not EXPECT.
 # twin: exits non-zero unless the source compiles.
@@ -10,6 +11,9 @@ foreach(_var CXX FLAGS_FILE SOURCE MODE)
 endforeach()
 
 set(_args "@${FLAGS_FILE}" -fsyntax-only)
+if(DEFINED PRELUDE)
+  list(APPEND _args -Winvalid-pch -include "${PRELUDE}")
+endif()
 if(MODE STREQUAL "fail")
   list(APPEND _args -DDCP_FAIL=1)
 endif()
