@@ -7,10 +7,12 @@
 //           [--device h200|h100] [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
-//           [--calibrate]
+//           [--calibrate] [--frozen t5-xxl,vae3d] [--plan-in FILE]...
 //
 // With --truth or --truth-profile every plan is made on the analytic model and executed on the
-// truth clock (DESIGN section 8), and the default methods gain the `oracle` row.
+// truth clock (DESIGN section 8), and the default methods gain the `oracle` row. --frozen adds
+// forward-only networks to every step (cost_sum, DESIGN 9.4) for every method and the truth;
+// --plan-in replays plan files (sim/replay.hpp) as rows of their own.
 
 #include <algorithm>
 #include <cstdint>
@@ -22,12 +24,14 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <dcp/cost/analytic.hpp>
+#include <dcp/cost/cost_sum.hpp>
 #include <dcp/cost/device.hpp>
 #include <dcp/cost/profiled_cost.hpp>
 #include <dcp/cost/scaled_cost.hpp>
@@ -41,6 +45,7 @@
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>
+#include <dcp/sim/replay.hpp>
 #include <dcp/sim/report.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/svg.hpp>
@@ -74,7 +79,40 @@ struct cli_options {
   std::string truth_profile;
   std::optional<std::uint64_t> truth_seed;
   bool calibrate = false;
+  std::string frozen;
+  std::vector<std::string> plan_in;
 };
+
+// --frozen LIST: the forward-only networks every step also runs (DESIGN 9.4), each at most once.
+std::vector<dcp::forward_network> parse_frozen(const std::string& list, const dcp::device_spec& device) {
+  std::vector<dcp::forward_network> out;
+  std::vector<std::string> seen;
+  std::stringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    const auto b = name.find_first_not_of(" \t"), e = name.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    name = name.substr(b, e - b + 1);
+    dcp::check(std::find(seen.begin(), seen.end(), name) == seen.end(), dcp::errc::invalid_argument,
+               [&] { return "--frozen names '" + name + "' twice; list each network once"; });
+    seen.push_back(name);
+    if (name == "t5-xxl") out.push_back(dcp::forward_networks::t5_xxl_encoder(device));
+    else if (name == "vae3d") out.push_back(dcp::forward_networks::vae3d_encoder(device));
+    else throw dcp::error(dcp::errc::invalid_argument, "--frozen: unknown network '" + name + "'; use t5-xxl, vae3d");
+  }
+  return out;
+}
+
+// The frozen networks on a truth: their FLOP rate divided by `compute`, tau by `overhead`, and
+// workspace and conditioning (activations) times `memory`; their weights are static memory.
+std::vector<dcp::forward_network> frozen_on_truth(std::vector<dcp::forward_network> frozen, const dcp::cost_scales& s) {
+  for (auto& f : frozen) {
+    f.flop_rate /= s.compute;
+    f.tau *= s.overhead;
+    f.workspace_bytes_per_token *= s.memory;
+    f.output_bytes_per_sequence *= s.memory;
+  }
+  return frozen;
+}
 
 std::vector<std::string> split_methods(const std::string& list, bool on_truth) {
   std::vector<std::string> out;
@@ -185,6 +223,12 @@ int run(const cli_options& o) {
   if (o.ring > 1) model_name += " ring<=" + std::to_string(o.ring);
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
+  const auto frozen = parse_frozen(o.frozen, device);
+  for (const auto& f : frozen) model_name += " + " + f.name;
+  dcp::check(frozen.empty() || !o.calibrate, dcp::errc::invalid_argument, [] {
+    return std::string("--calibrate refits the trained model's analytic form, which has no term for --frozen "
+                       "networks; drop one of them");
+  });
   const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding), o.ring});
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
   dcp::check(cost.is_classic() || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
@@ -198,6 +242,11 @@ int run(const cli_options& o) {
   settings.global_batch_tokens = o.global_batch_tokens;
   settings.seed = o.seed;
   const auto batches = dcp::epoch_batches(cost, data, o.global_batch_tokens, o.seed);
+  std::vector<dcp::sim::plan_document> replays;
+  for (const auto& file : o.plan_in) {
+    replays.push_back(dcp::sim::read_plan_json(std::filesystem::path(file)));
+    for (const auto& w : replays.back().warnings) std::cerr << "dcp-sim: " << file << ": " << w << "\n";
+  }
 
   dcp::sim::comparison_header header{source, model_name, device.name, o.gpus, o.gpus_per_node,
                                      static_cast<std::int64_t>(data.size()), 0,
@@ -215,33 +264,70 @@ int run(const cli_options& o) {
   opt.progress = &std::cerr;
   const bool keep_first = !o.plan_out.empty();
   method_runs runs;
-  if (!o.truth_profile.empty()) {
-    std::ifstream in(o.truth_profile);
-    dcp::check(in.is_open(), dcp::errc::io_error, [&] {
-      return "cannot open --truth-profile '" + o.truth_profile + "'; give a dcp.profile/v1 file for this model, device and GPU count (the profiler writes one)";
+  // Every row on `pcost` (the analytic model; with --frozen its cost_sum) and, with a truth, on
+  // the truth whose deterministic part `on_truth(m, scales)` builds from a model `m` of the
+  // trained network (adding the frozen networks on the truth's clock).
+  auto run_all = [&](const auto& pcost, const auto& on_truth) {
+    const std::span<const std::vector<dcp::sequence>> all(batches);
+    const dcp::sim::replay_job job{cost.model.name, device.name, o.tp};
+    for (std::size_t f = 0; f < replays.size(); ++f) dcp::sim::check_replay(replays[f], o.plan_in[f], pcost, all, job);
+    constexpr bool plain = std::is_same_v<std::decay_t<decltype(pcost)>, dcp::analytic_cost>;
+    auto add_replays = [&](const auto* truth) {
+      for (std::size_t f = 0; f < replays.size(); ++f) {
+        dcp::sim::options ro = opt;
+        ro.keep_plans = true;
+        if (truth) {
+          auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, all, job, *truth, ro);
+          runs.rows.push_back(r.metrics), runs.plans.push_back(std::move(r.plans)), runs.executed.push_back(std::move(r.executed));
+        } else {
+          auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, all, job, ro);
+          runs.rows.push_back(r.metrics), runs.executed.push_back(r.plans), runs.plans.push_back(std::move(r.plans));
+        }
+      }
+    };
+    if (!o.truth_profile.empty()) {
+      std::ifstream in(o.truth_profile);
+      dcp::check(in.is_open(), dcp::errc::io_error, [&] {
+        return "cannot open --truth-profile '" + o.truth_profile + "'; give a dcp.profile/v1 file for this model, device and GPU count (the profiler writes one)";
+      });
+      auto profiled = dcp::make_profiled_cost(dcp::read_profile(in, o.truth_profile), cost.model, device.name, o.gpus);
+      const auto truth = dcp::sim::make_truth(on_truth(std::move(profiled), dcp::cost_scales{}), spec, truth_seed);
+      header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
+      header.truth_seed = truth_seed;
+      runs = run_methods(methods, pcost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+      if constexpr (plain)
+        if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
+      add_replays(&truth);
+    } else if (o.truth) {
+      const auto scaled = dcp::sim::make_truth(spec, cost, truth_seed);
+      using truth_model = std::decay_t<decltype(on_truth(scaled.model, spec.scales))>;
+      const dcp::sim::truth<truth_model> truth{on_truth(scaled.model, spec.scales), scaled.speeds, scaled.jitter,
+                                               scaled.seed};
+      truth.validate();
+      header.truth = o.truth->empty() ? std::string("(the model itself)") : *o.truth;
+      header.truth_seed = truth_seed;
+      runs = run_methods(methods, pcost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+      if constexpr (plain)
+        if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
+      add_replays(&truth);
+    } else {
+      using none = dcp::sim::truth<std::decay_t<decltype(pcost)>>;
+      runs = run_methods(methods, pcost, data, batches, settings, opt, keep_first, views, static_cast<const none*>(nullptr));
+      add_replays(static_cast<const none*>(nullptr));
+    }
+  };
+  if (frozen.empty())
+    run_all(cost, [](auto model, const dcp::cost_scales&) { return model; });
+  else
+    run_all(dcp::make_cost_sum(cost, frozen), [&](auto model, const dcp::cost_scales& s) {
+      return dcp::make_cost_sum(std::move(model), frozen_on_truth(frozen, s));
     });
-    auto profiled = dcp::make_profiled_cost(dcp::read_profile(in, o.truth_profile), cost.model, device.name, o.gpus);
-    const auto truth = dcp::sim::make_truth(std::move(profiled), spec, truth_seed);
-    header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
-    header.truth_seed = truth_seed;
-    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
-    if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
-  } else if (o.truth) {
-    const auto truth = dcp::sim::make_truth(spec, cost, truth_seed);
-    header.truth = o.truth->empty() ? std::string("(the model itself)") : *o.truth;
-    header.truth_seed = truth_seed;
-    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
-    if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
-  } else {
-    runs = run_methods(methods, cost, data, batches, settings, opt, keep_first, views,
-                       static_cast<const dcp::sim::truth<dcp::analytic_cost>*>(nullptr));
-  }
   const auto& rows = runs.rows;
 
   if (!o.plan_out.empty()) dcp::sim::write_plan_json(o.plan_out, cost, std::span<const dcp::plan>(runs.plans.front()));
   if (views) {
     std::vector<dcp::sim::timeline> runs_view;
-    for (std::size_t i = 0; i < methods.size(); ++i) runs_view.push_back({methods[i], runs.executed[i]});
+    for (std::size_t i = 0; i < rows.size(); ++i) runs_view.push_back({rows[i].method, runs.executed[i]});
     if (!o.trace_out.empty()) dcp::sim::write_trace(o.trace_out, runs_view);
     if (!o.svg_out.empty()) dcp::sim::write_svg(o.svg_out, runs_view);
   }
@@ -307,6 +393,10 @@ int main(int argc, char** argv) {
   app.add_option("--truth-profile", o.truth_profile, "execute every plan on a dcp.profile/v1 table as the true clock "
                                                      "(--truth may add slow_gpus and jitter)");
   app.add_option("--truth-seed", o.truth_seed, "seed of the truth's jitter (default: --seed)");
+  app.add_option("--frozen", o.frozen, "forward-only networks every step also runs, priced for every method and "
+                                       "the truth (cost_sum): comma-separated t5-xxl, vae3d");
+  app.add_option("--plan-in", o.plan_in, "replay a plan JSON (dcp.plan, e.g. from --plan-out of the same run) "
+                                         "as a row of its own, checked against this run; repeatable");
   app.add_flag("--calibrate", o.calibrate, "add the dcp-calibrated row: dcp planning each batch on the model refitted "
                                            "to the previous batches' steps as they ran on the truth");
   try {

@@ -38,6 +38,7 @@
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/infer_rounds.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
@@ -64,6 +65,7 @@
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/metrics.hpp>
 #include <dcp/sim/plan_json.hpp>
+#include <dcp/sim/replay.hpp>
 #include <dcp/sim/report.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/svg.hpp>

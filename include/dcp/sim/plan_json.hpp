@@ -21,9 +21,9 @@
 ///
 /// `read_plan_json` reads such a document back, and `dcp.plan/v1` files too: v1 had no "tp" (its
 /// plans are tp = 1, units are GPUs); v2 requires it. Files written before rounds existed have no
-/// "round" key: their steps all read as round 0 (no barriers, gang starts only), which is exact
-/// for dcp and dynamic_cp plans; lockstep plans (bucket, packed, dcp-no-inter) must be written
-/// again to carry their barriers.
+/// "round" key on any step: their barriers are inferred from the start times (`infer_rounds`:
+/// exact for lockstep plans, one round for dcp and dynamic_cp plans) and the document's
+/// `warnings` say so.
 
 #include <cmath>
 #include <cstdint>
@@ -43,6 +43,7 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/infer_rounds.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/sequence.hpp>
 
@@ -173,6 +174,7 @@ struct plan_document {
   std::string model;   ///< the model's name
   std::string device;  ///< the device's name
   std::vector<plan> plans;
+  std::vector<std::string> warnings;  ///< what the reader inferred (rounds of an older file)
   friend bool operator==(const plan_document&, const plan_document&) = default;
 };
 
@@ -217,6 +219,7 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
   };
   constexpr std::int64_t int_max = std::numeric_limits<int>::max(), i64_max = std::numeric_limits<std::int64_t>::max();
   plan_document doc;
+  bool rounds_given = false;
   try {
     const std::string f = j.is_object() && j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
     if (f != plan_format && f != "dcp.plan/v1")
@@ -266,7 +269,8 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
         st.start_s = number(at(js, "start_s", ws), ws + " start_s");
         st.time_s = number(at(js, "time_s", ws), ws + " time_s");
         st.memory_bytes = number(at(js, "memory_bytes", ws), ws + " memory_bytes");
-        // Files written before rounds existed: every step in round 0 (see the file comment).
+        // Files written before rounds existed: inferred below (see the file comment).
+        rounds_given = rounds_given || js.contains("round");
         if (js.contains("round")) st.round = static_cast<int>(integer(js.at("round"), ws + " round", 0, int_max));
         // Ulysses x Ring split; files without it run Ulysses over all sp ranks.
         if (js.contains("ring")) {
@@ -316,6 +320,17 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
     }
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("malformed (") + e.what() + ")");
+  }
+  std::size_t steps = 0;
+  for (const auto& p : doc.plans) steps += p.steps.size();
+  if (!rounds_given && steps > 0) {
+    int barriers = 0;
+    for (auto& p : doc.plans) barriers += infer_rounds(p, lockstep_method(doc.method));
+    doc.warnings.push_back("no step has a \"round\" (a file written before rounds existed): " + std::to_string(barriers) +
+                           " barriers inferred from the start times" +
+                           (lockstep_method(doc.method) ? " (every start of the lockstep method " + doc.method + ")"
+                                                        : " (starts that only a barrier explains)") +
+                           "; write the file again to record them");
   }
   return doc;
 }

@@ -1,0 +1,129 @@
+#pragma once
+/// \file
+/// Plans read from files as a method of their own (`dcp-sim --plan-in FILE`): the plans of a
+/// `dcp.plan` document (`sim/plan_json.hpp`), checked against the run they are replayed in,
+/// measured on the cost model's clock or executed on a truth (`sim/execute.hpp`) like every
+/// planner's plans.
+///
+/// Batch b of the file is batch b of the run (the writer numbers them so). A document that does
+/// not fit the run (GPU count, GPUs per node, memory capacity, model, device, number of batches)
+/// or a plan that breaks a law of `plan_violations` against its batch and the run's cost model
+/// (a sequence missing or added, a time or memory that is not the model's, a rank outside the
+/// job, a step before its round's barrier) is a `dcp::error` naming the file, the batch and the
+/// fix; nothing is executed then.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/sequence.hpp>
+#include <dcp/sim/execute.hpp>
+#include <dcp/sim/plan_json.hpp>
+#include <dcp/sim/simulator.hpp>
+#include <dcp/sim/truth.hpp>
+
+namespace dcp::sim {
+
+/// The run a plan file is replayed in, beyond its cost model: names as the file records them.
+struct replay_job {
+  std::string model;   ///< the trained model's name
+  std::string device;  ///< the device's name
+  int tp = 1;          ///< GPUs per planner unit
+  friend bool operator==(const replay_job&, const replay_job&) = default;
+};
+
+/// Throws `dcp::error(errc::mismatch)` unless `doc` (read from `source`) fits the run: its job
+/// (units, units per node, tp, capacity, model and device) is `cost`'s and `job`'s, it has one plan per batch of `batches`, and every plan keeps the laws
+/// of `plan_violations` against its batch on `cost`.
+template <cost_model C>
+void check_replay(const plan_document& doc, std::string_view source, const C& cost,
+                  std::span<const std::vector<sequence>> batches, const replay_job& job) {
+  const std::string src(source);
+  auto need = [&](bool ok, const std::string& what, const std::string& fix) {
+    check(ok, errc::mismatch, [&] { return "plan file '" + src + "': " + what + "; " + fix; });
+  };
+  const std::string same_run = "replay it with the settings it was written with";
+  need(doc.gpus == cost.gpus(),
+       "made for " + std::to_string(doc.gpus) + " GPUs, this run has " + std::to_string(cost.gpus()),
+       "pass --gpus " + std::to_string(doc.gpus) + " or " + same_run);
+  need(doc.gpus_per_node == cost.gpus_per_node(),
+       "made for " + std::to_string(doc.gpus_per_node) + " GPUs per node, this run has " +
+           std::to_string(cost.gpus_per_node()),
+       "pass --gpus-per-node " + std::to_string(doc.gpus_per_node) + " or " + same_run);
+  need(doc.tp == job.tp, "made for tp = " + std::to_string(doc.tp) + ", this run has tp = " + std::to_string(job.tp),
+       "pass --tp " + std::to_string(doc.tp) + " or " + same_run);
+  need(doc.model == job.model, "made for model '" + doc.model + "', this run plans '" + job.model + "'",
+       "pass --model " + doc.model + " or " + same_run);
+  need(doc.device == job.device, "made for device '" + doc.device + "', this run has '" + job.device + "'",
+       "pass --device " + doc.device + " or " + same_run);
+  const double c = cost.capacity();
+  need(std::abs(doc.memory_capacity_bytes - c) <= 1e-9 * std::max(1.0, std::abs(c)),
+       "made for " + std::to_string(doc.memory_capacity_bytes) + " B of memory per GPU, this run has " +
+           std::to_string(c) + " B",
+       same_run);
+  need(doc.plans.size() == batches.size(),
+       "has " + std::to_string(doc.plans.size()) + " batches, this run has " + std::to_string(batches.size()),
+       "cut the run the same way (--workload or --lengths, --seed, --global-batch-tokens) or " + same_run);
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const auto v = plan_violations(doc.plans[b], std::span<const sequence>(batches[b]), cost);
+    if (v.empty()) continue;
+    std::string list;
+    for (std::size_t i = 0; i < v.size() && i < 3; ++i) list += (i ? "; " : "") + v[i];
+    if (v.size() > 3) list += "; and " + std::to_string(v.size() - 3) + " more";
+    need(false, "batch " + std::to_string(b) + " is not a valid plan of this run's batch " + std::to_string(b) + " (" + list + ")",
+         "it was made for another model, layout (--tp, --ep, --sharding, --ring, --frozen), dataset or seed; " + same_run);
+  }
+}
+
+/// The row name of a replayed document: its method and the file, e.g. "bucket<plan.json>".
+inline std::string replay_name(const plan_document& doc, std::string_view source) {
+  std::string file(source);
+  if (const auto slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  return doc.method + "<" + file + ">";
+}
+
+/// The checked plans of `doc` measured on `cost`'s clock (their own start times: on the model
+/// they were validated against, those are exact). Plan time is 0: nothing was planned.
+template <cost_model C>
+run_result replay(const plan_document& doc, std::string_view source, const C& cost,
+                  std::span<const std::vector<sequence>> batches, const replay_job& job, const options& opt = {}) {
+  check_replay(doc, source, cost, batches, job);
+  run_result out;
+  out.metrics.method = replay_name(doc, source);
+  out.metrics.gpus = cost.gpus();
+  out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  for (const plan& p : doc.plans) {
+    out.metrics.add(p, 0.0);
+    if (opt.keep_plans) out.plans.push_back(p);
+  }
+  return out;
+}
+
+/// The checked plans of `doc` executed on the truth `t` (batch i on jitter stream i, as every
+/// method's).
+template <cost_model C, cost_model T>
+truth_run_result replay(const plan_document& doc, std::string_view source, const C& cost,
+                        std::span<const std::vector<sequence>> batches, const replay_job& job, const truth<T>& t,
+                        const options& opt = {}) {
+  check_replay(doc, source, cost, batches, job);
+  truth_run_result out;
+  out.metrics.method = replay_name(doc, source);
+  out.metrics.gpus = cost.gpus();
+  out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  for (std::size_t i = 0; i < doc.plans.size(); ++i) {
+    execution e = execute(doc.plans[i], t, i);
+    out.metrics.add(e.executed, 0.0, e.oom_steps);
+    if (opt.keep_plans) out.plans.push_back(doc.plans[i]), out.executed.push_back(std::move(e.executed));
+  }
+  return out;
+}
+
+}  // namespace dcp::sim
