@@ -348,16 +348,18 @@ struct analytic_cost {
     double work_rate;        // tp peak eff(x_max)
     double room;             // (C - M_static) / h tp: x_cap(k) = room / ((L - k) beta + 2 k + beta)
     double packed_rate;      // tp peak eff_max
-    double work(const load_type& l, int sp, int k, int r) const noexcept {
-      const double L = cost->model.blocks;
-      return (3 + k / L) * (flops_per_token * l.tokens + l.attention) / work_rate + cost->communication_floor(l, sp, k, r);
-    }
-    double packed(const load_type& l, int sp, int k, int r) const noexcept {
+    struct pair {
+      double work, packed;
+    };
+    /// Both floors of one step (they share its FLOPs and communication floor).
+    pair both(const load_type& l, int sp, int k, int r) const noexcept {
       const double L = cost->model.blocks, beta = cost->device.beta;
+      const double flops = flops_per_token * l.tokens + l.attention, comm = cost->communication_floor(l, sp, k, r);
       auto g = [&](double kk) { return (3 + kk / L) * (1 + cost->device.x_half * ((L - kk) * beta + 2 * kk + beta) / room); };
-      return std::min(g(k), g(L)) * (flops_per_token * l.tokens + l.attention) / packed_rate +
-             cost->communication_floor(l, sp, k, r);
+      return {(3 + k / L) * flops / work_rate + comm, std::min(g(k), g(L)) * flops / packed_rate + comm};
     }
+    double work(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).work; }
+    double packed(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).packed; }
   };
   floors_on floors() const noexcept {
     return {this, model.blocks * 2 * model.active_block_parameters(), tp * device.peak * efficiency(max_tokens_per_gpu()),

@@ -213,16 +213,6 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
     }
     const auto& load = load_at(i);
     const std::size_t start = terms.size();
-    // A floor over the legal rings of sp, as `least_work_floor` takes it: the step's ring, then
-    // each wider one.
-    auto least_over_rings = [&](int sp, auto&& at_ring) {
-      double v = at_ring(step_ring_of(cost, sp));
-      for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last; r *= 2) {
-        const double y = at_ring(r);
-        v = y < v ? y : v;
-      }
-      return v;
-    };
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
     double share = 0;
     if constexpr (requires { cost.step_floor_share(load); }) share = cost.step_floor_share(load);
@@ -230,10 +220,16 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
       const double speed = speed_of_sp[log2(o.sp)];
       // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
       const int sp = o.sp, k = o.checkpointed_blocks;
-      if constexpr (requires { cost.floors().packed(load, sp, k, 1); }) {
-        // The same floors, through the cost model's per-model terms computed once (`floors`).
-        const double floor = least_over_rings(sp, [&](int r) { return floors.work(load, sp, k, r); });
-        const double packed = least_over_rings(sp, [&](int r) { return floors.packed(load, sp, k, r); });
+      if constexpr (requires { cost.floors().both(load, sp, k, 1); }) {
+        // The same floors, through the cost model's per-model terms computed once (`floors`),
+        // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
+        // then each wider one.
+        auto [floor, packed] = floors.both(load, sp, k, step_ring_of(cost, sp));
+        for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last; r *= 2) {
+          const auto [work_r, packed_r] = floors.both(load, sp, k, r);
+          floor = work_r < floor ? work_r : floor;
+          packed = packed_r < packed ? packed_r : packed;
+        }
         terms.push_back({o.time_s / speed, std::max(floor, packed), share});
         w = std::min(w, floor), t = std::min(t, o.time_s / speed);
         continue;
