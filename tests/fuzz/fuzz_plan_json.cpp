@@ -34,7 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   again["batches"] = nlohmann::ordered_json::array();
   for (std::size_t b = 0; b < doc.plans.size(); ++b) again["batches"].push_back(dcp::sim::batch_json(doc.plans[b], b));
   std::istringstream back(again.dump());
-  if (!(dcp::sim::read_plan_json(back, "round trip") == doc)) {
+  auto read_back = dcp::sim::read_plan_json(back, "round trip");
+  read_back.warnings = doc.warnings;  // they describe the file read (rounds inferred), not its plans
+  if (!(read_back == doc)) {
     std::fprintf(stderr, "plan JSON does not round-trip\n");
     std::abort();
   }
