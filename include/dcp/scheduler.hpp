@@ -43,7 +43,6 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
-#include <dcp/group/check_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
@@ -464,9 +463,9 @@ class scheduler {
   }
 
   // The bundle's group manager, which places every step and whose blocks get the communicators:
-  // a user's value as given, checked against the job (units: TP groups when tp > 1) and the
-  // group_manager laws; a default-constructed buddy_groups is filled from the cost model's
-  // units, which come from the world and the device.
+  // a user's value as given, checked against the job (units: TP groups when tp > 1; group_cache
+  // then checks the group_manager laws); a default-constructed buddy_groups is filled from the
+  // cost model's units, which come from the world and the device.
   groups_type make_groups() const {
     groups_type g = policies_.groups;
     if constexpr (std::is_same_v<groups_type, buddy_groups>)
@@ -479,8 +478,7 @@ class scheduler {
          << " GPUs); build the manager for this world, or leave the slot default-constructed";
       return os.str();
     });
-    check_group_laws(g, "scheduler");
-    return g;
+    return g;  // group_cache checks the group_manager laws
   }
   // What the planner plans with: `cost`, the bundle's recompute policy, the job's group manager.
   template <class C>

@@ -40,6 +40,7 @@
 #include <dcp/comm/comm_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/check_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
 
 namespace dcp {
@@ -69,7 +70,7 @@ class group_cache {
  public:
   /// `world` must outlive the cache; `groups.gpus()` (units) times `tp` must equal `world.size()`.
   group_cache(Comm& world, Groups groups, int tp = 1) : world_(&world), groups_(std::move(groups)), tp_(tp) {
-    groups_.validate();
+    check_group_laws(groups_, "group_cache");  // validate(), then the laws (once: O(N log N))
     check(tp >= 1 && static_cast<long long>(groups_.gpus()) * tp == world.size(), errc::invalid_argument, [&] {
       return "group_cache: the group manager has " + std::to_string(groups_.gpus()) +
              (tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(tp) + " GPUs") +
@@ -143,7 +144,7 @@ class group_cache {
     if ((ring == 1 && tp_ == 1) || splits_.contains({sp, ring})) return;
     const int u = sp / ring;
     const rank_block b = groups_.block_of(unit(), sp);
-    Comm& group = b.end() <= groups_.block_count(sp) * sp ? comm_for(b) : comms_.at(sp);
+    Comm& group = offered(b) ? comm_for(b) : comms_.at(sp);
     if (!group.valid()) return;  // a trailing partial block runs no step: nothing to split
     const int p = group.rank() / tp_, t = group.rank() % tp_;  // unit position, TP rank
     Comm uly = group.split(p / u * tp_ + t, p % u);
@@ -215,10 +216,17 @@ class group_cache {
     return it->second;
   }
 
+  // Whether the manager offers `b`, searched: a manager may offer any subset of the aligned blocks.
+  bool offered(rank_block b) const {
+    for (int i = 0, count = groups_.block_count(b.size); i < count; ++i)
+      if (groups_.block(b.size, i) == b) return true;
+    return false;
+  }
+
   void create(int sp) {
     const int rank = world_->rank();
     const rank_block b = groups_.block_of(unit(), sp);
-    const bool member = b.end() <= groups_.block_count(sp) * sp;  // a trailing partial block is unused
+    const bool member = offered(b);  // a rank in no offered block of sp (a trailing partial block) gets none
     if (sp == groups_.gpus()) {
       reused_ = true;
       entries_.push_back({b, sp <= groups_.gpus_per_node(), true, std::chrono::duration<double>{0}});
