@@ -147,7 +147,10 @@ class calibrator {
     const fit_options fo{options_.prior_weight, true, true};
     std::vector<double> score(static_cast<std::size_t>(n), 0.0);  // learn_speeds' charging order
     std::vector<step_observation> obs;
-    for (int pass = 0; pass < (options_.learn_speed ? 3 : 1); ++pass) {
+    // Fit, learn speeds, refit on the corrected times, three times; then a last fit on the final
+    // speeds, so the model is the one they correct for (model time / speed is a GPU's time).
+    const int passes = options_.learn_speed ? 4 : 1;
+    for (int pass = 0; pass < passes; ++pass) {
       obs.clear();
       for (std::size_t i = 0; i < steps_.size(); ++i) {
         const auto& s = steps_[i];
@@ -156,7 +159,7 @@ class calibrator {
         obs.push_back({s.load, s.ranks.size, s.checkpointed_blocks, measured[i] * slowest, peak[i]});
       }
       model_ = fit_cost(prior_, obs, fo);
-      if (options_.learn_speed) speed = learn_speeds(measured, score);
+      if (pass + 1 < passes) speed = learn_speeds(measured, score);
     }
     report_.time_points = std::size_t(model_.residuals.time_points);
     report_.memory_points = std::size_t(model_.residuals.memory_points);
