@@ -703,11 +703,11 @@ class dcp_planning {
     return best;
   }
 
-  std::vector<sequence> sequences_of(const step_group& g) const {
-    std::vector<sequence> out;
-    out.reserve(g.members.size());
-    for (std::size_t m : g.members) out.push_back(items_[m].seq);
-    return out;
+  /// The sequences of `g`, in a buffer the next call reuses (`make_step` copies what it needs).
+  std::span<const sequence> sequences_of(const step_group& g) const {
+    scratch_.clear();
+    for (std::size_t m : g.members) scratch_.push_back(items_[m].seq);
+    return scratch_;
   }
 
   const planning_context<C, Recompute, G>& ctx_;
@@ -721,6 +721,7 @@ class dcp_planning {
   std::vector<std::vector<sequence_option>> shape_options_;  // one per distinct shape
   std::vector<std::size_t> twin_;  // per item: the first item of its shape
   std::vector<sequence> planned_;  // items' sequences, sorted by id
+  mutable std::vector<sequence> scratch_;  // `sequences_of`
   std::vector<int> sps_;
   std::vector<int> k_pref_;
   std::vector<double> token_room_;  // per legal sp, with memory_by_tokens: `token_room`
