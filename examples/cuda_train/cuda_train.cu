@@ -5,7 +5,9 @@
 // gradient accumulation) on the step's NCCL group with Ulysses sequence parallelism (token shards
 // <-> head shards through dcp::relayout), checkpoints the step's first k blocks and recomputes
 // them in backward (DCP-intra), scales each sequence's mean token loss by its loss weight, and
-// after one all-reduce(sum) of the gradients takes an Adam step.
+// after one all-reduce(sum) of the gradients takes an Adam step. With --calibrate 1 each
+// micro-step is timed with CUDA events and observed; the next plan refits the cost model from
+// every rank's observations, exchanged over the host communicator (MPI; NCCL moves device memory).
 //
 // Model: embedding, L pre-norm blocks (RMSNorm, causal multi-head attention, GELU MLP), RMSNorm,
 // output head, cross-entropy. GEMMs in cuBLAS; attention is a straightforward kernel (one thread
@@ -49,6 +51,7 @@ struct options {
   double mem_mb = 24;
   float lr = 3e-3f;
   std::uint64_t seed = 1;
+  int calibrate = 0;  // 1: online calibration from CUDA-event times of the micro-steps
 };
 
 void cublas_check(cublasStatus_t s, const char* what) {
@@ -445,8 +448,10 @@ int run(int argc, char** argv) {
     else if (a == "--mem-mb") o.mem_mb = std::atof(v);
     else if (a == "--lr") o.lr = float(std::atof(v));
     else if (a == "--seed") o.seed = std::strtoull(v, nullptr, 10);
+    else if (a == "--calibrate") o.calibrate = std::atoi(v);
     else throw dcp::error(dcp::errc::invalid_argument, "unknown option " + a +
-                          "; options: --steps --blocks --hidden --heads --max-len --batch-tokens --mem-mb --lr --seed");
+                          "; options: --steps --blocks --hidden --heads --max-len --batch-tokens --mem-mb --lr --seed "
+                          "--calibrate");
   }
   dcp::check(o.hidden % o.heads == 0 && o.hidden / o.heads <= max_head_dim, dcp::errc::invalid_argument,
              [&] { return "hidden / heads must be an integer <= " + std::to_string(max_head_dim); });
@@ -469,6 +474,12 @@ int run(int argc, char** argv) {
              [&] { return std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(nr); });
   dcp::nccl_comm world = dcp::nccl_comm::init_rank(id, 1, 0, 0);
 #endif
+  // The host-memory communicator of the same ranks: plan agreement and calibration go over it.
+#if DCP_HAS_MPI()
+  dcp::mpi_comm& host = boot;
+#else
+  dcp::local_comm host(dcp::local_hub::make(1), 0);
+#endif
 
   dcp::transformer_spec spec;
   spec.name = "tiny-lm";
@@ -481,6 +492,7 @@ int run(int argc, char** argv) {
   so.memory_capacity_bytes = o.mem_mb * 1e6;
   so.global_batch_tokens = o.batch_tokens;
   so.seed = o.seed;
+  so.calibration.enabled = o.calibrate != 0;
   dcp::scheduler sched(spec, world, so);
   dcp::dataset data;
   std::mt19937_64 rng(o.seed);
@@ -498,16 +510,23 @@ int run(int argc, char** argv) {
     dcp::cuda_event_timer timer;
     timer.start();
     const dcp::global_batch batch = sched.sampler().next();
-    const dcp::plan p = sched.plan(batch.sequences);
-#if DCP_HAS_MPI()
-    sched.verify(p, boot);  // ranks agree on the plan: NCCL moves device memory, so verify over MPI
-#endif
+    const dcp::plan p = sched.plan(batch.sequences, host);  // collective over host when calibrating
+    sched.verify(p, host);  // ranks agree on the plan: NCCL moves device memory, so verify over the host
     thrust::fill(M.grads.begin(), M.grads.end(), 0.f);
     float loss = 0;
     int max_sp = 1, recomputed = 0;
     const auto steps = sched.steps_for(p);
+    double measured = 0, predicted = 0;
     for (const auto& st : steps) {
+      dcp::cuda_event_timer step_timer;
+      step_timer.start();
       loss += micro_step(M, blas, st);
+      step_timer.stop();
+      if (o.calibrate) {
+        const double s = step_timer.seconds();
+        sched.observe(st, s);
+        measured += s, predicted += st.time_s;
+      }
       max_sp = std::max(max_sp, st.sp());
       recomputed += st.checkpointed_blocks;
     }
@@ -525,6 +544,8 @@ int run(int argc, char** argv) {
                   "recomputed blocks %2d  efficiency %.3f  %.1f ms\n",
                   it, double(lv[0]), batch.sequences.size(), p.steps.size(), steps.size(), max_sp, recomputed,
                   p.efficiency(), timer.seconds() * 1e3);
+    if (rank == 0 && o.calibrate)  // predicted: the plan's model, refitted on the earlier steps
+      std::printf("          rank0 micro-steps measured %.2f ms, predicted %.2f ms\n", measured * 1e3, predicted * 1e3);
   }
   cublasDestroy(blas);
   return 0;
