@@ -222,7 +222,7 @@ struct fitted_cost {
   double memory_margin = 0;  ///< planning capacity = capacity / (1 + margin): room for memory the fit misses
   fit_residuals residuals;   ///< of the fit that produced `coef` (zero for a prior)
   /// rho: the time of recomputing a checkpointed block, in units of a third of its forward+backward
-  /// (1: the forward is a third, as in DESIGN section 4; measured CPU steps need about 1.6).
+  /// (1: the forward is a third, as in DESIGN section 4; this machine's CPU steps fit about 1.4).
   double recompute_ratio = 1;
 
   /// Throws `dcp::error` unless the shape is valid, every coefficient is finite and not negative,
