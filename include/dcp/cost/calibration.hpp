@@ -191,17 +191,19 @@ class calibrator {
   // Per GPU: the median of log(measured / predicted) over the steps charged to it, relative to
   // the median GPU; slower than tolerance: speed = exp(-that). A gang step lasts as long as its
   // slowest member, so it is charged to the members that can have set its time: those whose own
-  // report is within the tolerance of the largest, and of these the ones with the largest
-  // `score` (the previous pass's mean log ratio over each GPU's charged steps; ties: all). A solo
-  // step charges its GPU. Members that report their own busy time (thread CPU time, their own
-  // kernels) name the slow one directly. When members report the gang's time (a wall clock that
-  // includes waiting), the first pass charges every member, and the next ones charge the GPU
-  // that is slow in more of its steps: a peer that also ran fast steps elsewhere is cleared. Two
-  // GPUs that only ever ran together cannot be told apart and share the charge. `score` is
+  // report is within the tolerance of the largest, and of these the ones whose `score` (the
+  // previous pass's mean log ratio over each GPU's charged steps) is within the tolerance of the
+  // largest. A solo step charges its GPU. Members that report their own busy time (thread CPU
+  // time, their own kernels) name the slow one directly, and members as fast as each other
+  // share every gang step. When members report the gang's time (a wall clock that includes
+  // waiting), the first pass charges every member, and the next ones charge the GPUs slow in
+  // clearly more of their steps: a peer that ran enough fast steps elsewhere is cleared. GPUs
+  // that (nearly) only ever ran together cannot be told apart and share the charge. `score` is
   // updated for the next pass.
   std::vector<double> learn_speeds(const std::vector<double>& measured, std::vector<double>& score) const {
     const int n = prior_.gpus();
     std::vector<std::vector<double>> charged(static_cast<std::size_t>(n));
+    const double tie = -std::log(1 - options_.speed_tolerance);  // scores this close are equal
     for (std::size_t i = 0; i < steps_.size(); ++i) {
       const auto& s = steps_[i];
       if (!(measured[i] > 0)) continue;
@@ -214,7 +216,7 @@ class calibrator {
       for (std::size_t m = 0; m < s.seconds.size(); ++m)
         if (s.seconds[m] >= floor) top = std::max(top, score[first + m]);
       for (std::size_t m = 0; m < s.seconds.size(); ++m)
-        if (s.seconds[m] >= floor && score[first + m] == top) charged[first + m].push_back(lr);
+        if (s.seconds[m] >= floor && score[first + m] >= top - tie) charged[first + m].push_back(lr);
     }
     for (int r = 0; r < n; ++r) {
       const auto& v = charged[std::size_t(r)];
