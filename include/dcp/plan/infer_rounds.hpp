@@ -34,7 +34,7 @@ inline bool lockstep_method(std::string_view method) noexcept {
 }
 
 /// Sets every step's round of `p` from its start times (see the file comment) and returns the
-/// number of barriers placed. Steps keep their order; ranks must lie inside `p.gpus`.
+/// number of barriers placed. Steps keep their order.
 inline int infer_rounds(plan& p, bool lockstep) {
   const std::size_t count = p.steps.size();
   for (auto& s : p.steps) s.round = 0;
@@ -46,16 +46,26 @@ inline int infer_rounds(plan& p, bool lockstep) {
     const auto &x = p.steps[a], &y = p.steps[b];
     return x.start_s != y.start_s ? x.start_s < y.start_s : x.ranks.first < y.ranks.first;
   });
-  // A step that starts after all its GPUs are free is waiting for something else.
-  std::vector<double> free(static_cast<std::size_t>(std::max(p.gpus, 0)), 0.0);
+  // A step that starts after all its GPUs are free is waiting for something else. GPUs are
+  // tracked as the segments between step boundaries (GPUs of one segment share every step), so
+  // the work is bounded by the steps, not by the file's "gpus" (which a file may make huge).
+  std::vector<int> cuts;
+  cuts.reserve(2 * count);
+  for (const auto& s : p.steps) cuts.push_back(s.ranks.first), cuts.push_back(s.ranks.end());
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  auto segment = [&](int rank) {
+    return static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), rank) - cuts.begin());
+  };
+  std::vector<double> free(cuts.size(), 0.0);
   std::vector<char> waits(count, 0);
   for (std::size_t i : order) {
     const auto& s = p.steps[i];
+    const std::size_t lo = segment(s.ranks.first), hi = segment(s.ranks.end());
     double ready = 0;
-    for (int r = s.ranks.first; r < s.ranks.end(); ++r) ready = std::max(ready, free[static_cast<std::size_t>(r)]);
+    for (std::size_t g = lo; g < hi; ++g) ready = std::max(ready, free[g]);
     waits[i] = s.start_s > ready + tol(s.start_s);
-    for (int r = s.ranks.first; r < s.ranks.end(); ++r)
-      free[static_cast<std::size_t>(r)] = std::max(free[static_cast<std::size_t>(r)], s.end_s());
+    for (std::size_t g = lo; g < hi; ++g) free[g] = std::max(free[g], s.end_s());
   }
   // Walk the distinct start times; `ended` is the latest end of every step started before.
   std::vector<double> barriers;
