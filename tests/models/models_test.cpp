@@ -386,7 +386,7 @@ TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
   for (const auto& c : cases)
     EXPECT_DCP_ERROR((void)parse(c.text), dcp::errc::parse_error, c.needle, "test-config.json") << "input: " << c.text;
   EXPECT_DCP_ERROR((void)dcp::models::from_config(std::filesystem::path("/nonexistent/config.json")),
-                   dcp::errc::invalid_argument, "/nonexistent/config.json");
+                   dcp::errc::io_error, "/nonexistent/config.json");
 }
 
 // ---- Plan laws on TP units, zero3 and expert parallelism ----

@@ -132,7 +132,7 @@ inline transformer_spec from_config(std::istream& in, std::string_view source = 
 /// The model of the `config.json` at `path`.
 inline transformer_spec from_config(const std::filesystem::path& path) {
   std::ifstream in(path);
-  check(static_cast<bool>(in), errc::invalid_argument, [&] {
+  check(static_cast<bool>(in), errc::io_error, [&] {
     return "cannot open model config '" + path.string() + "'; give the path of a Hugging Face config.json";
   });
   return from_config(in, path.string());
