@@ -31,6 +31,7 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/scheduler.hpp>
+#include <dcp/sim/execute.hpp>
 
 #include <dcp_test/support.hpp>
 
@@ -183,6 +184,53 @@ TEST(group_manager, node_local_manager_keeps_every_planner_inside_a_node) {
     ++batches;
   }
   EXPECT_GT(buddy_cross, 0) << "no buddy plan of " << batches << " batches crossed a node: the test shows nothing";
+}
+
+// With per-GPU speeds the bound on a manager's blocks takes each size's fastest offered block and
+// leaves out sizes it offers none of: node-local blocks are a subset of the buddy ones, so their
+// bound is never below buddy's (and above it somewhere), and no planner's plan on them, run at
+// those speeds, ends before it. The dcp planner records exactly that bound.
+TEST(group_manager, speed_aware_bound_takes_the_managers_blocks) {
+  dcp_test::rng r(20261201);
+  const auto c = job(16, 4);
+  const node_local_groups local{16, 4};
+  const dcp::buddy_groups buddy{16, 4};
+  const dcp::planning_context ctx{c, dcp::selective_recompute{}, local};
+  int above = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<double> speeds(16);
+    for (double& v : speeds) v = 0.5 + 0.5 * r.unit();
+    const auto batch = random_batch(r, c);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " with " << batch.size() << " sequences");
+    const auto on_local = dcp::lower_bounds(c, local, batch, speeds);
+    const auto on_buddy = dcp::lower_bounds(c, buddy, batch, speeds);
+    EXPECT_EQ(on_buddy, dcp::lower_bounds(c, batch, speeds));  // buddy is the manager-less bound
+    EXPECT_GE(on_local.simple_s, on_buddy.simple_s);
+    EXPECT_GE(on_local.joint_s, on_buddy.joint_s);
+    above += on_local.joint_s > on_buddy.joint_s * (1 + 1e-9);
+    const dcp::sim::truth<dcp::analytic_cost> t{c, speeds, 0.0, 0};
+    auto check = [&](const auto& planner) {
+      const dcp::plan p = planner.plan(ctx, batch);
+      const double makespan = dcp::sim::execute(p, t).executed.makespan_s;
+      EXPECT_GE(makespan, on_local.joint_s * (1 - 1e-9)) << planner.name();
+    };
+    dcp::dcp_planner fast;
+    fast.speeds = speeds;
+    dcp::dcp_planner no_inter = fast, no_intra = fast;
+    no_inter.inter = false;
+    no_intra.intra = false;
+    check(fast);
+    check(no_inter);
+    check(no_intra);
+    check(dcp::dcp_planner{});
+    check(dcp::dynamic_cp_planner{});
+    check(dcp::packed_planner{});
+    check(dcp::bucket_planner{});
+    const dcp::plan p = fast.plan(ctx, batch);
+    EXPECT_DOUBLE_EQ(p.joint_lower_bound_s, on_local.joint_s);
+    EXPECT_DOUBLE_EQ(p.lower_bound_s, on_local.simple_s);
+  }
+  EXPECT_GT(above, 0) << "the node-local bound never rose above buddy's: the test shows nothing";
 }
 
 // The static baselines deal iteration j's micro-batches to blocks 0, 1, ... in the manager's

@@ -170,7 +170,7 @@ class dcp_planning {
     // the items' own.
     if (intra_ && std::is_same_v<Recompute, selective_recompute>)
       bounds_ = lower_bounds_of(
-          cost_, items_.size(), [&](std::size_t i) -> const load_t& { return items_[i].load; },
+          cost_, groups_, items_.size(), [&](std::size_t i) -> const load_t& { return items_[i].load; },
           [&](std::size_t i) { return items_[i].options; }, 
           [&](std::size_t i) {
             if constexpr (std::equality_comparable<load_t>)
@@ -179,7 +179,7 @@ class dcp_planning {
           },
           speeds_);
     else
-      bounds_ = lower_bounds(cost_, planned_, speeds_);
+      bounds_ = lower_bounds(cost_, groups_, planned_, speeds_);
     choose_sp();
 
     // Candidates: the fair-share cap with earliest-free gang placement. Sparse batches (under

@@ -10,10 +10,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
@@ -137,14 +140,16 @@ std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence
   return out;
 }
 
-/// The speed of the fastest aligned block of `sp` GPUs: the largest, over blocks, of the
-/// slowest member's factor.
-inline double fastest_block_speed(std::span<const double> speeds, int sp) noexcept {
+/// The speed of the fastest block of `sp` GPUs that `groups` offers: the largest, over its
+/// blocks `groups.block(sp, i)`, of the slowest member's factor; 0 when it offers none.
+template <group_manager G>
+double fastest_block_speed(std::span<const double> speeds, const G& groups, int sp) noexcept {
   double best = 0;
-  for (std::size_t first = 0; first + static_cast<std::size_t>(sp) <= speeds.size(); first += static_cast<std::size_t>(sp))
-    best = std::max(best, *std::min_element(speeds.begin() + static_cast<std::ptrdiff_t>(first),
-                                            speeds.begin() + static_cast<std::ptrdiff_t>(first) + sp));
-  return best > 0 ? best : 1.0;
+  for (int i = 0, n = groups.block_count(sp); i < n; ++i) {
+    const rank_block b = groups.block(sp, i);
+    best = std::max(best, *std::min_element(speeds.begin() + b.first, speeds.begin() + b.end()));
+  }
+  return best;
 }
 
 /// Both per-batch lower bounds of DESIGN section 3, in seconds.
@@ -162,24 +167,32 @@ struct batch_bounds {
 /// (a sweep over the breakpoints t_i(sp), not a bisection) and never below the simple bound.
 /// With per-GPU speed factors s_r (empty = all 1) a step lasts its time over its slowest
 /// member's speed: N becomes sum_r s_r and t_i(sp) becomes t_i(sp) / s_best(sp), s_best(sp) the
-/// fastest aligned block of sp.
+/// fastest block of sp that the group manager offers (`fastest_block_speed`). A size the manager
+/// offers no block of is no option. Without a manager: every aligned block (`buddy_groups`).
+template <cost_model C, group_manager G>
+batch_bounds lower_bounds(const C& cost, const G& groups, std::span<const sequence> batch,
+                          std::span<const double> speeds = {});
 template <cost_model C>
-batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {});
+batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
+  return lower_bounds(cost, buddy_groups{cost.gpus(), cost.gpus_per_node()}, batch, speeds);
+}
 
 /// `lower_bounds` over sequences already in id order, given as `count` loads (`load_at(i)`) and
 /// their feasible options under selective recompute (`options_at(i)`, as `options_of` makes
 /// them): a planner that has computed the options passes them instead of pricing them again.
 /// `twin_at(i)` is an index j <= i whose load and options equal i's (i itself when none is
-/// known); twins are priced once.
-template <cost_model C, class LoadAt, class OptionsAt, class TwinAt>
-batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at, OptionsAt&& options_at,
-                             TwinAt&& twin_at, std::span<const double> speeds = {}) {
+/// known); twins are priced once. Options of a size `groups` offers no block of are left out.
+template <cost_model C, group_manager G, class LoadAt, class OptionsAt, class TwinAt>
+batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, LoadAt&& load_at,
+                             OptionsAt&& options_at, TwinAt&& twin_at, std::span<const double> speeds = {}) {
   const auto sps = legal_sp_sizes(cost);
   auto log2 = [](int sp) { return static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(sp))); };
-  std::vector<double> speed_of_sp(sps.empty() ? 1 : log2(sps.back()) + 1, 1.0);  // by log2(sp)
+  // By log2(sp): the fastest offered block's speed, 0 where the manager offers none.
+  std::vector<double> speed_of_sp(sps.empty() ? 1 : log2(sps.back()) + 1, 0.0);
+  for (int sp : sps) speed_of_sp[log2(sp)] = groups.block_count(sp) > 0 ? 1.0 : 0.0;
   double capacity = cost.gpus();
   if (!speeds.empty()) {
-    for (int sp : sps) speed_of_sp[log2(sp)] = fastest_block_speed(speeds, sp);
+    for (int sp : sps) speed_of_sp[log2(sp)] = fastest_block_speed(speeds, groups, sp);
     capacity = 0;
     for (double v : speeds) capacity += v;
   }
@@ -218,6 +231,7 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
     if constexpr (requires { cost.step_floor_share(load); }) share = cost.step_floor_share(load);
     for (const sequence_option& o : options_at(i)) {
       const double speed = speed_of_sp[log2(o.sp)];
+      if (speed == 0) continue;  // no block of this size: no plan runs the option
       // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
       const int sp = o.sp, k = o.checkpointed_blocks;
       if constexpr (requires { cost.floors().both(load, sp, k, 1); }) {
@@ -313,8 +327,18 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
   return out;
 }
 
-template <cost_model C>
-batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds) {
+/// `lower_bounds_of` with every block a `buddy_groups` offers.
+template <cost_model C, class LoadAt, class OptionsAt, class TwinAt>
+batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at, OptionsAt&& options_at,
+                             TwinAt&& twin_at, std::span<const double> speeds = {}) {
+  return lower_bounds_of(cost, buddy_groups{cost.gpus(), cost.gpus_per_node()}, count,
+                         std::forward<LoadAt>(load_at), std::forward<OptionsAt>(options_at),
+                         std::forward<TwinAt>(twin_at), speeds);
+}
+
+template <cost_model C, group_manager G>
+batch_bounds lower_bounds(const C& cost, const G& groups, std::span<const sequence> batch,
+                          std::span<const double> speeds) {
   // In id order: the bounds must not depend on the order a rank received the batch in.
   std::vector<const sequence*> by_id;
   by_id.reserve(batch.size());
@@ -329,7 +353,7 @@ batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::s
     options.push_back(options_of(cost, loads.back()));
   }
   return lower_bounds_of(
-      cost, loads.size(), [&](std::size_t i) -> const auto& { return loads[i]; },
+      cost, groups, loads.size(), [&](std::size_t i) -> const auto& { return loads[i]; },
       [&](std::size_t i) -> const auto& { return options[i]; }, [](std::size_t i) { return i; }, speeds);
 }
 
