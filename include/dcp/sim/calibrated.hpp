@@ -19,9 +19,11 @@
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/calibration.hpp>
 #include <dcp/cost/fitted_cost.hpp>
+#include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/planning_context.hpp>
+#include <dcp/recompute/recompute_concepts.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/execute.hpp>
@@ -36,14 +38,16 @@ namespace dcp::sim {
 inline constexpr std::string_view calibrated_method = "dcp-calibrated";
 
 /// Plans every batch on the calibrated model, executes it on `t`, and feeds the executed steps
-/// back (see the file comment). Plan time includes the refit.
-template <cost_model T>
-truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const std::vector<sequence>> batches,
-                                     const truth<T>& t, const method_settings& s, calibration_options copt = {},
-                                     const options& opt = {}) {
+/// back (see the file comment). Plan time includes the refit. The prior is `ctx.cost`; every
+/// plan uses `ctx`'s recompute policy and group manager (the refitted models keep the job's
+/// layout, so the manager fits them).
+template <recompute_policy R, group_manager G, cost_model T>
+truth_run_result simulate_calibrated(const planning_context<analytic_cost, R, G>& ctx,
+                                     std::span<const std::vector<sequence>> batches, const truth<T>& t,
+                                     const method_settings& s, calibration_options copt = {}, const options& opt = {}) {
+  const analytic_cost& cost = ctx.cost;
   copt.enabled = true;
   calibrator cal(make_fitted_cost(cost), copt);
-  const buddy_groups groups = default_groups(cost);  // the refitted models keep the job's layout
   dcp_planner planner;
   planner.loss = s.loss;
   planner.on_infeasible = s.on_infeasible;
@@ -56,7 +60,7 @@ truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const 
     const auto t0 = std::chrono::steady_clock::now();
     if (i > 0) cal.refit();
     planner.speeds = cal.speeds();
-    plan p = planner.plan(planning_context{cal.model(), selective_recompute{}, groups},
+    plan p = planner.plan(planning_context{cal.model(), ctx.recompute, ctx.groups},
                           std::span<const sequence>(batches[i]));
     p.method = std::string(calibrated_method);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -75,6 +79,15 @@ truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const 
     progress.update(i + 1, batches.size());
   }
   return out;
+}
+
+/// `simulate_calibrated` in `planning_context{cost, selective_recompute{}, default_groups(cost)}`.
+template <cost_model T>
+truth_run_result simulate_calibrated(const analytic_cost& cost, std::span<const std::vector<sequence>> batches,
+                                     const truth<T>& t, const method_settings& s, calibration_options copt = {},
+                                     const options& opt = {}) {
+  return simulate_calibrated(planning_context{cost, selective_recompute{}, default_groups(cost)}, batches, t, s, copt,
+                             opt);
 }
 
 /// Tokens per second over batches [first, last) of executed plans.
