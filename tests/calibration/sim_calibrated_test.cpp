@@ -19,6 +19,8 @@
 #include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
 
+#include <dcp_test/node_local_groups.hpp>
+
 namespace {
 
 class calibrated_truths : public ::testing::TestWithParam<const char*> {};
@@ -53,24 +55,7 @@ TEST_P(calibrated_truths, learn_the_truth_after_the_first_batch) {
   EXPECT_EQ(cal.metrics.sequences, dcp.metrics.sequences);  // every sequence planned once
 }
 
-// Aligned blocks no wider than a node (none wider).
-struct node_local_groups {
-  using policy_concept = dcp::group_manager_tag;
-  int world = 1;
-  int node_size = 8;
-
-  int gpus() const noexcept { return world; }
-  int gpus_per_node() const noexcept { return node_size; }
-  void validate() const { dcp::buddy_groups{world, node_size}.validate(); }
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= node_size && sp <= world ? world / sp : 0; }
-  dcp::rank_block block(int sp, int i) const noexcept { return {i * sp, sp}; }
-  dcp::rank_block block_of(int rank, int sp) const noexcept { return {rank / sp * sp, sp}; }
-
-  friend bool operator==(const node_local_groups&, const node_local_groups&) = default;
-  friend std::ostream& operator<<(std::ostream& os, const node_local_groups& g) {
-    return os << "node_local_groups{N=" << g.world << ", G=" << g.node_size << "}";
-  }
-};
+using dcp_test::node_local_groups;
 
 // The calibrated method plans in the context it is given: with a node-local manager every
 // calibrated plan has every step on one of its blocks (none spans two nodes) and every sequence

@@ -33,29 +33,12 @@
 #include <dcp/scheduler.hpp>
 #include <dcp/sim/execute.hpp>
 
+#include <dcp_test/node_local_groups.hpp>
 #include <dcp_test/support.hpp>
 
 namespace {
 
-// Aligned blocks of at most one node; none wider.
-struct node_local_groups {
-  using policy_concept = dcp::group_manager_tag;
-  int world = 1;
-  int node_size = 8;
-
-  int gpus() const noexcept { return world; }
-  int gpus_per_node() const noexcept { return node_size; }
-  void validate() const { dcp::buddy_groups{world, node_size}.validate(); }
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= node_size && sp <= world ? world / sp : 0; }
-  dcp::rank_block block(int sp, int i) const noexcept { return {i * sp, sp}; }
-  dcp::rank_block block_of(int rank, int sp) const noexcept { return {rank / sp * sp, sp}; }
-
-  friend bool operator==(const node_local_groups&, const node_local_groups&) = default;
-  friend std::ostream& operator<<(std::ostream& os, const node_local_groups& g) {
-    return os << "node_local_groups{N=" << g.world << ", G=" << g.node_size << "}";
-  }
-};
-static_assert(dcp::group_manager<node_local_groups>);
+using dcp_test::node_local_groups;
 
 // The buddy blocks, blocks no wider than a node listed round-robin over the nodes: block i of
 // size sp is block i / nodes of node i % nodes.
