@@ -26,6 +26,10 @@
 ///   - `token_limited_cost_model`: `c.max_tokens_per_gpu()`, the most tokens per GPU that any
 ///     feasible step holds (x_max of DESIGN section 3). Law: a step with more tokens per GPU than
 ///     this exceeds `capacity()` for every k; where absent, planners find the limit by search.
+///   - `token_memory_cost_model`: `c.memory_at(sp)`, a callable `m(load, k)` equal to
+///     `c.memory(load, sp, k)` with its per-(sp) terms computed once. Law: it depends on the load
+///     only through `load.tokens`, and does not fall as they grow (also in floating point), so a
+///     planner may compare tokens against a per-(sp, k) room instead of pricing memory.
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <concepts>
@@ -84,6 +88,13 @@ concept validated_cost_model = cost_model<C> && requires(const C& c) { c.validat
 template <class C>
 concept token_limited_cost_model = cost_model<C> && requires(const C& c) {
   { c.max_tokens_per_gpu() } -> std::convertible_to<double>;
+};
+
+/// A cost model whose memory on a fixed sp depends on the load's tokens alone (see the file comment).
+template <class C>
+concept token_memory_cost_model = cost_model<C> && requires(const C& c, const typename C::load_type& l) {
+  { c.memory_at(1)(l, 0) } -> std::convertible_to<double>;
+  { l.tokens } -> std::convertible_to<double>;
 };
 
 /// A cost model that prices Ulysses x Ring steps (DESIGN section 4.3): `c.max_ring()`, the

@@ -239,13 +239,10 @@ class dcp_planning {
     int ring = 1;  // the fastest legal ring for its load
   };
 
-  // A step's memory grows with its load's token count alone (the analytic model's `memory_at`:
-  // static memory plus activations per token), also in floating point, so first fit can skip
-  // every open step with at least as many tokens as one that cannot take a sequence.
-  static constexpr bool memory_by_tokens = requires(const C& c, const load_t& l) {
-    c.memory_at(1)(l, 0);
-    { l.tokens } -> std::convertible_to<double>;
-  };
+  // A step's memory grows with its load's token count alone (`token_memory_cost_model`, e.g. the
+  // analytic model: static memory plus activations per token), so first fit can skip every open
+  // step with at least as many tokens as one that cannot take a sequence.
+  static constexpr bool memory_by_tokens = token_memory_cost_model<C>;
 
   /// With `memory_by_tokens`: the most tokens (a double) with which a step on sps_[l] fits at its
   /// preferred recompute level (-inf when none does). Memory grows with the tokens, so for every
