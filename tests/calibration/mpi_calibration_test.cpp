@@ -4,12 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <mpi.h>
-
 #include <vector>
 
 #include <dcp/comm/mpi.hpp>
 #include <dcp/mpi.hpp>
+
+#include <dcp_test/mpi_main.hpp>
 
 namespace {
 
@@ -56,16 +56,4 @@ TEST(mpi_calibration, exchange_over_the_host_communicator_plans_as_over_the_worl
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  dcp::mpi_environment env(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
-}
+int main(int argc, char** argv) { return dcp_test::run_all_tests_under_mpi(&argc, &argv); }

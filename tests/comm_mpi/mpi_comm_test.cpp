@@ -1,4 +1,5 @@
 // mpi_comm under mpirun -np 4 (every test is collective: all ranks run all tests in order).
+#include <dcp_test/mpi_main.hpp>
 #include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
 
@@ -208,16 +209,4 @@ TEST(MpiErrors, WithheldRankTimesOutUnchecked) { withheld_rank_times_out(false);
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  dcp::mpi_environment env(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {  // one report; other ranks still print their failures
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
-}
+int main(int argc, char** argv) { return dcp_test::run_all_tests_under_mpi(&argc, &argv); }

@@ -7,9 +7,10 @@
 #include <vector>
 
 #include <dcp/comm/mpi.hpp>
-#include <dcp/comm/mpi_environment.hpp>
 
 #include "parallel_groups_check.hpp"
+
+#include <dcp_test/mpi_main.hpp>
 
 namespace {
 
@@ -28,16 +29,4 @@ TEST(MpiParallelGroups, EveryLayoutOfTheWorld) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  dcp::mpi_environment env(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {  // one report; other ranks still print their failures
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
-}
+int main(int argc, char** argv) { return dcp_test::run_all_tests_under_mpi(&argc, &argv); }
