@@ -35,7 +35,6 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/plan.hpp>
-#include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/plan/tuning.hpp>
@@ -167,9 +166,8 @@ struct bucket_planner {
                       std::uint64_t sampler_seed = 0) const {
     ctx.validate();
     token_buckets.validate();
-    std::vector<skipped_sequence> skipped;
-    const auto feasible = feasible_sequences(ctx.cost, data, on_infeasible, skipped);
-    return tuned(ctx, feasible, tuning_batches(ctx.cost, data, budget, sampler_seed));
+    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed);
+    return tuned(ctx, on.feasible, on.batches);
   }
   /// On `default_groups(cost)`.
   template <cost_model C>
@@ -184,19 +182,12 @@ struct bucket_planner {
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
     ctx.validate();
     token_buckets.validate();
-    if (sp == 0) return plan_tuned_on_batch(*this, ctx, batch);
-    const auto& cost = ctx.cost;
-    std::vector<skipped_sequence> skipped;
-    const auto seqs = fixed_sp_sequences(cost, batch, sp, on_infeasible, skipped);
-    plan_builder<typename Ctx::cost_type> builder(cost, name());
-    builder.skip(std::move(skipped));
-    if (seqs.empty()) return std::move(builder).finish(seqs, loss);
-
-    auto micro = micro_batches(cost, seqs);
-    xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
-    fisher_yates(std::span<std::vector<sequence>>(micro), g);
-    deal_synchronised(builder, ctx.groups, micro, sp, cost.blocks());
-    return std::move(builder).finish(seqs, loss);
+    return plan_fixed_sp(*this, ctx, batch, [&](std::span<const sequence> seqs) {
+      auto micro = micro_batches(ctx.cost, seqs);
+      xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
+      fisher_yates(std::span<std::vector<sequence>>(micro), g);
+      return micro;
+    });
   }
   /// On `default_groups(cost)`.
   template <cost_model C, recompute_policy Recompute = full_recompute>

@@ -122,9 +122,8 @@ struct dynamic_cp_planner {
                           std::uint64_t sampler_seed = 0) const {
     ctx.validate();
     validate(ctx.cost);
-    std::vector<skipped_sequence> skipped;
-    const auto feasible = feasible_sequences(ctx.cost, data, on_infeasible, skipped);
-    return tuned(ctx, feasible, tuning_batches(ctx.cost, data, budget, sampler_seed));
+    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed);
+    return tuned(ctx, on.feasible, on.batches);
   }
   /// On `default_groups(cost)`.
   template <cost_model C>

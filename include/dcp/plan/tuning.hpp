@@ -5,7 +5,8 @@
 /// sequence with all blocks checkpointed, the token capacity of a step, synchronised dealing of
 /// micro-batches one per data-parallel group per iteration, and `tune_fixed_sp`, which simulates
 /// every candidate sp on the workload and keeps the fastest, as a user tuning a static system
-/// would.
+/// would. The prologues of the static planners' `tune` (`tuning_data_of`, `dynamic_cp_planner`
+/// too) and of the fixed-sp planners' `plan` (`plan_fixed_sp`) are written once here.
 
 #include <algorithm>
 #include <array>
@@ -52,6 +53,25 @@ std::vector<std::vector<sequence>> tuning_batches(const C& cost, std::span<const
   dataset by_id(data.begin(), data.end());
   std::sort(by_id.begin(), by_id.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
   return epoch_batches(cost, std::move(by_id), budget, seed);
+}
+
+/// What a static planner's `tune(ctx, data, budget, seed)` simulates once its knobs are valid.
+struct tuning_data {
+  std::vector<sequence> feasible;              ///< the sequences of the data that fit some configuration
+  std::vector<std::vector<sequence>> batches;  ///< `tuning_batches` of all of the data
+};
+
+/// The `tuning_data` of `data`: a sequence that fits no configuration is an error naming it, or
+/// left out of `feasible` under `infeasible_policy::skip` (the epoch still holds it, as the
+/// batches a run plans will).
+template <cost_model C>
+tuning_data tuning_data_of(const C& cost, std::span<const sequence> data, infeasible_policy policy, std::int64_t budget,
+                           std::uint64_t seed) {
+  std::vector<skipped_sequence> skipped;  // a tuned planner reports skips when it plans
+  tuning_data out;
+  out.feasible = feasible_sequences(cost, data, policy, skipped);
+  out.batches = tuning_batches(cost, data, budget, seed);
+  return out;
 }
 
 /// The most copies of `one` that fit one step on `sp` GPUs with `k` checkpointed blocks
@@ -173,6 +193,26 @@ void deal_synchronised(plan_builder<C>& builder, const G& groups, const std::vec
     for (int g = 0; g < d && first + static_cast<std::size_t>(g) < micro.size(); ++g)
       builder.place(builder.make_step(micro[first + static_cast<std::size_t>(g)], groups.block(sp, g), k));
   }
+}
+
+/// The one `plan(ctx, batch)` of the fixed-sp planners (`bucket_planner`, `packed_planner`) once
+/// their knobs are valid: an untuned planner (`p.sp == 0`) tunes itself on the batch; otherwise
+/// the sequences that run on `p.sp` (`fixed_sp_sequences`, by id), when there are any, are cut by
+/// `micro_batches_of(seqs)` into micro-batches in dealing order and dealt synchronised on the
+/// context's blocks of `p.sp` (`deal_synchronised`), every block checkpointed.
+template <class Planner, any_planning_context Ctx, class MicroBatches>
+plan plan_fixed_sp(const Planner& p, const Ctx& ctx, std::span<const sequence> batch, MicroBatches&& micro_batches_of) {
+  if (p.sp == 0) return plan_tuned_on_batch(p, ctx, batch);
+  const auto& cost = ctx.cost;
+  std::vector<skipped_sequence> skipped;
+  const auto seqs = fixed_sp_sequences(cost, batch, p.sp, p.on_infeasible, skipped);
+  plan_builder<typename Ctx::cost_type> builder(cost, p.name());
+  builder.skip(std::move(skipped));
+  if (!seqs.empty()) {
+    const std::vector<std::vector<sequence>> micro = micro_batches_of(std::span<const sequence>(seqs));
+    deal_synchronised(builder, ctx.groups, micro, p.sp, cost.blocks());
+  }
+  return std::move(builder).finish(seqs, p.loss);
 }
 
 /// Fractions of the largest micro-batch that fits which a user of a static system tries: a
