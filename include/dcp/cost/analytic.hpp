@@ -406,5 +406,6 @@ inline analytic_cost make_analytic_cost(transformer_spec model, device_spec devi
 static_assert(cost_model<analytic_cost>);
 static_assert(ring_cost_model<analytic_cost>);
 static_assert(token_memory_cost_model<analytic_cost>);
+static_assert(step_floor_cost_model<analytic_cost>);
 
 }  // namespace dcp

@@ -30,6 +30,10 @@
 ///     `c.memory(load, sp, k)` with its per-(sp) terms computed once. Law: it depends on the load
 ///     only through `load.tokens`, and does not fall as they grow (also in floating point), so a
 ///     planner may compare tokens against a per-(sp, k) room instead of pricing memory.
+///   - `step_floor_cost_model`: `c.step_floor()`, seconds every step lasts at least however few
+///     tokens it holds (ZeRO-3's per-step weight gather, DESIGN section 4.2). Law: it is finite
+///     and >= 0, and `time(l, sp, k)` (any legal ring) is at least it for every non-empty load;
+///     0 means no floor. Under a floor the dcp planner trades recomputation for fewer steps.
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <concepts>
@@ -95,6 +99,12 @@ template <class C>
 concept token_memory_cost_model = cost_model<C> && requires(const C& c, const typename C::load_type& l) {
   { c.memory_at(1)(l, 0) } -> std::convertible_to<double>;
   { l.tokens } -> std::convertible_to<double>;
+};
+
+/// A cost model whose steps last at least a fixed time (see the file comment).
+template <class C>
+concept step_floor_cost_model = cost_model<C> && requires(const C& c) {
+  { c.step_floor() } -> std::convertible_to<double>;
 };
 
 /// A cost model that prices Ulysses x Ring steps (DESIGN section 4.3): `c.max_ring()`, the

@@ -22,7 +22,10 @@
 /// 6. improve: move single sequences from the last block to finish to the first while that
 ///    lowers the makespan, and widen a gang item that is critical, within a deterministic move
 ///    budget (a wall-clock budget would let ranks compute different plans);
-/// 7. recompute (DCP-intra): each micro-step checkpoints the fewest blocks that fit;
+/// 7. recompute (DCP-intra): each micro-step checkpoints the fewest blocks that fit; under a
+///    per-step floor (`step_floor_cost_model`, zero3's weight gather) packing also dissolves a
+///    block's shortest step into its others, which checkpoint more blocks, while that shortens
+///    the block (DESIGN 3.4); the plan planned without that wins where it ends sooner;
 /// 8. loss weights: token mean or sample mean, so summed gradients are the full-batch gradient.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
@@ -34,6 +37,7 @@
 #include <bit>
 #include <cmath>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <limits>
@@ -104,6 +108,8 @@ class dcp_planning {
       : ctx_(ctx), cost_(ctx.cost), recompute_(ctx.recompute), groups_(ctx.groups), inter_(inter), intra_(intra), moves_(moves),
         speeds_(speeds) {
     validate_speeds(speeds, cost_.gpus());
+    if constexpr (step_floor_cost_model<C>) step_floor_ = cost_.step_floor();
+    dissolving_ = step_floor_ > 0 && inter_;
   }
 
   plan run(std::span<const sequence> batch, loss_normalization norm, infeasible_policy policy,
@@ -180,6 +186,24 @@ class dcp_planning {
           speeds_);
     else
       bounds_ = lower_bounds(cost_, groups_, planned_, speeds_);
+    plan best = candidates(method, norm);
+    if (dissolving_) {
+      // Dissolving steers the rebalancing and the candidates, which are heuristics: on the rare
+      // batch where the plan without it ends sooner, that one is kept, so a floor never costs time.
+      dissolving_ = false;
+      plan plain = candidates(method, norm);
+      dissolving_ = true;
+      if (plain.makespan_s < best.makespan_s) best = std::move(plain);
+    }
+    best.skipped = std::move(skipped);
+    std::sort(best.skipped.begin(), best.skipped.end(),  // in id order, like everything else here
+              [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
+    return best;
+  }
+
+ private:
+  /// Steps 2-6: the sp choices, the candidate plans and the best one improved.
+  plan candidates(const std::string& method, loss_normalization norm) {
     choose_sp();
 
     // Candidates: the fair-share cap with earliest-free gang placement. Sparse batches (under
@@ -214,13 +238,9 @@ class dcp_planning {
       setup(best_cap_, best_fluid_, best_uniform_);
       best = widen_critical(std::move(best), method, norm);
     }
-    best.skipped = std::move(skipped);
-    std::sort(best.skipped.begin(), best.skipped.end(),  // in id order, like everything else here
-              [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     return best;
   }
 
- private:
   struct item {
     sequence seq;
     load_t load;
@@ -460,8 +480,70 @@ class dcp_planning {
       }
     }
     for (auto& g : steps) price(g);
+    if (dissolving_) dissolve_short(steps, sp, capped);
     return steps;
   }
+
+  /// Under a per-step floor (`step_floor_cost_model`: zero3's weight gather) a step lasts the
+  /// floor however little it holds, so packing at the preferred recompute level can leave more
+  /// micro-steps than pay. While the shortest step lasts no longer than the floor and its
+  /// sequences can join the other steps (each the one of the `dissolve_targets` shortest whose
+  /// time grows least, checkpointing the fewest blocks that fit; gang steps within the cap) for
+  /// less than it lasts, it is dissolved into them. Every accepted move lowers the steps' total
+  /// time, which is what a block accumulating its own steps (DCP-inter) finishes on; synchronised
+  /// rounds and plans without a floor are untouched.
+  void dissolve_short(std::vector<step_group>& steps, int sp, bool capped) const {
+    std::vector<std::size_t> near;  // the steps tried as targets
+    std::vector<step_group> grown;  // what the trial makes of them: load, time, k, ring, joined members
+    while (steps.size() > 1) {
+      std::size_t s = 0;
+      for (std::size_t j = 1; j < steps.size(); ++j)
+        if (steps[j].time <= steps[s].time) s = j;  // ties: the later (fewer tokens under FFD)
+      if (steps[s].time > step_floor_) return;
+      near.clear();
+      for (std::size_t j = 0; j < steps.size(); ++j)
+        if (j != s) near.push_back(j);
+      const std::size_t n = std::min(near.size(), dissolve_targets);
+      std::partial_sort(near.begin(), near.begin() + static_cast<std::ptrdiff_t>(n), near.end(),
+                        [&](std::size_t a, std::size_t b) { return steps[a].time != steps[b].time ? steps[a].time < steps[b].time : a > b; });
+      near.resize(n);
+      grown.resize(n);
+      for (std::size_t t = 0; t < n; ++t) {
+        const step_group& g = steps[near[t]];
+        grown[t].members.clear();
+        grown[t].load = g.load, grown[t].time = g.time, grown[t].k = g.k, grown[t].ring = g.ring;
+      }
+      double added = 0;
+      for (std::size_t m : steps[s].members) {
+        std::size_t to = n;
+        double least = std::numeric_limits<double>::infinity();
+        int to_k = 0;
+        ring_choice to_r;
+        for (std::size_t t = 0; t < n && least > 0; ++t) {  // nothing grows less than not at all
+          const load_t l = grown[t].load + items_[m].load;
+          const auto k = choose(l, sp);
+          if (!k) continue;
+          const ring_choice r = fastest_ring(cost_, l, sp, *k);
+          if (capped && r.time_s > cap_) continue;
+          if (r.time_s - grown[t].time < least) least = r.time_s - grown[t].time, to = t, to_k = *k, to_r = r;
+        }
+        added += least;
+        if (to == n || !(added < steps[s].time * (1 - 1e-12))) return;
+        step_group& g = grown[to];
+        g.members.push_back(m);
+        g.load = g.load + items_[m].load, g.k = to_k, g.time = to_r.time_s, g.ring = to_r.ring;
+      }
+      for (std::size_t t = 0; t < n; ++t) {
+        step_group& g = steps[near[t]];
+        if (grown[t].members.empty()) continue;
+        g.members.insert(g.members.end(), grown[t].members.begin(), grown[t].members.end());
+        g.load = grown[t].load, g.k = grown[t].k, g.time = grown[t].time, g.ring = grown[t].ring;
+      }
+      steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(s));
+    }
+  }
+  /// Steps `dissolve_short` offers a sequence: the shortest, where the floor leaves most room.
+  static constexpr std::size_t dissolve_targets = 2;
 
   double total_time(const std::vector<step_group>& steps) const {
     double t = 0;
@@ -714,6 +796,8 @@ class dcp_planning {
   bool inter_, intra_;
   std::size_t moves_;
   std::span<const double> speeds_;  // per GPU, empty = all 1
+  double step_floor_ = 0;           // seconds every step lasts at least (`step_floor_cost_model`)
+  bool dissolving_ = false;         // `pack` dissolves short steps (a floor, and DCP-inter)
   std::vector<item> items_;
   std::vector<std::vector<sequence_option>> shape_options_;  // one per distinct shape
   std::vector<std::size_t> twin_;  // per item: the first item of its shape
