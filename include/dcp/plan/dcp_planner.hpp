@@ -187,9 +187,10 @@ class dcp_planning {
     else
       bounds_ = lower_bounds(cost_, groups_, planned_, speeds_);
     plan best = candidates(method, norm);
-    if (dissolving_) {
+    if (dissolving_ && best.makespan_s > bounds_.joint_s) {
       // Dissolving steers the rebalancing and the candidates, which are heuristics: on the rare
-      // batch where the plan without it ends sooner, that one is kept, so a floor never costs time.
+      // batch where the plan without it ends sooner, that one is kept, so a floor never costs time
+      // (a plan at the joint bound has nothing to fear).
       dissolving_ = false;
       plan plain = candidates(method, norm);
       dissolving_ = true;
