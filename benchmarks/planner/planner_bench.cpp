@@ -10,6 +10,8 @@
 // plan_latency_layout: dcp at (1024, 16384) of text-longtail with tensor parallelism (tp = 8:
 // 128 planner units) and Ulysses x Ring choices (rings up to 8, each step its fastest ring);
 // target: within 2x of dcp_planner/text at (1024, 16384). Counter ring_steps: steps on a ring.
+// Under zero3 (llama3-70b tp 8 on text-longtail, wan2.1-14b on cogvideox-zipf10) every step lasts
+// at least the weight gather and the planner also dissolves short steps (DESIGN 3.4).
 
 #include <benchmark/benchmark.h>
 
@@ -71,11 +73,12 @@ void plan_latency(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch.size()));
 }
 
-void plan_latency_layout(benchmark::State& state, const char* model, int tp, int ring) {
+void plan_latency_layout(benchmark::State& state, const char* model, int tp, int ring,
+                         dcp::sharding_kind sharding = dcp::sharding_kind::zero1, const char* workload = "text-longtail") {
   const int gpus = static_cast<int>(state.range(0));
-  const auto& batch = batch_of("text-longtail", state.range(1));
+  const auto& batch = batch_of(workload, state.range(1));
   const auto cost = dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus,
-                                            dcp::parallel_layout{.tp = tp, .ring = ring});
+                                            dcp::parallel_layout{.tp = tp, .sharding = sharding, .ring = ring});
   dcp::plan p;
   for (auto _ : state) {
     p = dcp::dcp_planner{}.plan(cost, std::span<const dcp::sequence>(batch));
@@ -117,3 +120,7 @@ BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8_ring8, "llama3-70b", 8, 8)
     ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(plan_latency_layout, llama3_8b_tp8_ring8, "llama3-8b", 8, 8)
     ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8_zero3, "llama3-70b", 8, 1, dcp::sharding_kind::zero3)
+    ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_layout, wan2_1_14b_zero3, "wan2.1-14b", 1, 1, dcp::sharding_kind::zero3, "cogvideox-zipf10")
+    ->Args({64, 11000})->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
