@@ -12,7 +12,8 @@
 // With --truth or --truth-profile every plan is made on the analytic model and executed on the
 // truth clock (DESIGN section 8), and the default methods gain the `oracle` row. --frozen adds
 // forward-only networks to every step (cost_sum, DESIGN 9.4) for every method and the truth;
-// --plan-in replays plan files (sim/replay.hpp) as rows of their own.
+// --plan-in replays plan files (sim/replay.hpp) as rows of their own, and brings the frozen
+// networks a file records when --frozen is not given.
 
 #include <algorithm>
 #include <cstdint>
@@ -79,7 +80,7 @@ struct cli_options {
   std::string truth_profile;
   std::optional<std::uint64_t> truth_seed;
   bool calibrate = false;
-  std::string frozen;
+  std::optional<std::string> frozen;  // nullopt: not given (a --plan-in file may name the networks)
   std::vector<std::string> plan_in;
 };
 
@@ -223,11 +224,20 @@ int run(const cli_options& o) {
   if (o.ring > 1) model_name += " ring<=" + std::to_string(o.ring);
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
-  const auto frozen = parse_frozen(o.frozen, device);
+  std::optional<std::vector<dcp::forward_network>> frozen_given;
+  if (o.frozen) frozen_given = parse_frozen(*o.frozen, device);
+  std::vector<dcp::sim::plan_document> replays;
+  for (const auto& file : o.plan_in) {
+    replays.push_back(dcp::sim::read_plan_json(std::filesystem::path(file)));
+    for (const auto& w : replays.back().warnings) std::cerr << "dcp-sim: " << file << ": " << w << "\n";
+  }
+  // The networks of --frozen, else those the --plan-in files were written with.
+  const auto frozen = dcp::sim::replay_frozen(replays, o.plan_in, frozen_given);
   for (const auto& f : frozen) model_name += " + " + f.name;
-  dcp::check(frozen.empty() || !o.calibrate, dcp::errc::invalid_argument, [] {
-    return std::string("--calibrate refits the trained model's analytic form, which has no term for --frozen "
-                       "networks; drop one of them");
+  dcp::check(frozen.empty() || !o.calibrate, dcp::errc::invalid_argument, [&] {
+    return "--calibrate refits the trained model's analytic form, which has no term for " +
+           std::string(o.frozen ? "--frozen networks" : "the frozen networks a --plan-in file records") +
+           "; drop one of them";
   });
   const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding), o.ring});
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
@@ -242,11 +252,6 @@ int run(const cli_options& o) {
   settings.global_batch_tokens = o.global_batch_tokens;
   settings.seed = o.seed;
   const auto batches = dcp::epoch_batches(cost, data, o.global_batch_tokens, o.seed);
-  std::vector<dcp::sim::plan_document> replays;
-  for (const auto& file : o.plan_in) {
-    replays.push_back(dcp::sim::read_plan_json(std::filesystem::path(file)));
-    for (const auto& w : replays.back().warnings) std::cerr << "dcp-sim: " << file << ": " << w << "\n";
-  }
 
   dcp::sim::comparison_header header{source, model_name, device.name, o.gpus, o.gpus_per_node,
                                      static_cast<std::int64_t>(data.size()), 0,
@@ -324,7 +329,12 @@ int run(const cli_options& o) {
     });
   const auto& rows = runs.rows;
 
-  if (!o.plan_out.empty()) dcp::sim::write_plan_json(o.plan_out, cost, std::span<const dcp::plan>(runs.plans.front()));
+  if (!o.plan_out.empty()) {
+    const std::span<const dcp::plan> first(runs.plans.front());
+    // With frozen networks the file records them, so that --plan-in needs no --frozen.
+    if (frozen.empty()) dcp::sim::write_plan_json(o.plan_out, cost, first);
+    else dcp::sim::write_plan_json(o.plan_out, dcp::make_cost_sum(cost, frozen), first);
+  }
   if (views) {
     std::vector<dcp::sim::timeline> runs_view;
     for (std::size_t i = 0; i < rows.size(); ++i) runs_view.push_back({rows[i].method, runs.executed[i]});
@@ -394,7 +404,8 @@ int main(int argc, char** argv) {
                                                      "(--truth may add slow_gpus and jitter)");
   app.add_option("--truth-seed", o.truth_seed, "seed of the truth's jitter (default: --seed)");
   app.add_option("--frozen", o.frozen, "forward-only networks every step also runs, priced for every method and "
-                                       "the truth (cost_sum): comma-separated t5-xxl, vae3d");
+                                       "the truth (cost_sum): comma-separated t5-xxl, vae3d; default: those a "
+                                       "--plan-in file records, else none");
   app.add_option("--plan-in", o.plan_in, "replay a plan JSON (dcp.plan, e.g. from --plan-out of the same run) "
                                          "as a row of its own, checked against this run; repeatable");
   app.add_flag("--calibrate", o.calibrate, "add the dcp-calibrated row: dcp planning each batch on the model refitted "

@@ -31,6 +31,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                   {"memory_capacity_bytes", doc.memory_capacity_bytes},
                                   {"model", {{"name", doc.model}}},
                                   {"device", {{"name", doc.device}}}};
+  if (doc.frozen) {
+    again["frozen"] = nlohmann::ordered_json::array();
+    for (const auto& f : *doc.frozen) again["frozen"].push_back(dcp::sim::to_json(f));
+  }
   again["batches"] = nlohmann::ordered_json::array();
   for (std::size_t b = 0; b < doc.plans.size(); ++b) again["batches"].push_back(dcp::sim::batch_json(doc.plans[b], b));
   std::istringstream back(again.dump());

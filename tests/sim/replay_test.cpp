@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -187,6 +188,87 @@ TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
                    "cost model says", "--frozen");
 }
 
+TEST(Replay, APlanFileRecordsItsFrozenNetworksAndTheRunUsesThem) {
+  const video_run run;
+  const auto nets = both(run.cost.device);
+  const auto sum = dcp::make_cost_sum(run.cost, nets);
+  const auto batches = run.batches(sum);
+  const std::span<const std::vector<sequence>> all(batches);
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, 1};
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto made = dcp::sim::run_method("packed", sum, run.data, all, {}, opt);
+  std::ostringstream os;
+  dcp::sim::write_plan_json(os, sum, std::span<const dcp::plan>(made.plans));
+  const std::string text = os.str();
+  // The trained model's name and device, then every constant of every network, bit for bit.
+  const json j = json::parse(text);
+  EXPECT_EQ(j["model"]["name"], "stdit3-xl");
+  EXPECT_EQ(j["device"]["name"], "h200");
+  ASSERT_TRUE(j.contains("frozen"));
+  EXPECT_EQ(j["frozen"].size(), 2u);
+  const auto doc = from_text(text, "frozen.json");
+  ASSERT_TRUE(doc.frozen.has_value());
+  EXPECT_EQ(*doc.frozen, nets);
+  EXPECT_FALSE(from_text(to_text(run.cost, made.plans)).frozen.has_value()) << "a plain model records no networks";
+
+  // Without --frozen the run takes the file's networks, and the file replays on their sum.
+  const std::vector<dcp::sim::plan_document> docs{doc};
+  const std::vector<std::string> sources{"frozen.json"};
+  const auto frozen = dcp::sim::replay_frozen(docs, sources, std::nullopt);
+  EXPECT_EQ(frozen, nets);
+  const auto replayed = dcp::sim::replay(doc, "frozen.json", dcp::make_cost_sum(run.cost, frozen), all, job, opt);
+  EXPECT_EQ(replayed.plans, made.plans);
+  EXPECT_DOUBLE_EQ(replayed.metrics.makespan_s, made.metrics.makespan_s);
+  // The same networks given again, in another order, agree with the file.
+  const std::vector<dcp::forward_network> reversed{nets[1], nets[0]};
+  EXPECT_EQ(dcp::sim::replay_frozen(docs, sources, reversed), reversed);
+  // A file without the key leaves the choice to the run (and to check_replay).
+  const std::vector<dcp::sim::plan_document> plain{from_text(to_text(run.cost, made.plans))};
+  EXPECT_TRUE(dcp::sim::replay_frozen(plain, sources, std::nullopt).empty());
+  EXPECT_EQ(dcp::sim::replay_frozen(plain, sources, nets), nets);
+}
+
+TEST(Replay, FrozenNetworksThatContradictTheFileAreAClearError) {
+  const video_run run;
+  const auto nets = both(run.cost.device);
+  const auto sum = dcp::make_cost_sum(run.cost, nets);
+  const auto batches = run.batches(sum);
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto made = dcp::sim::run_method("bucket", sum, run.data, batches, {}, opt);
+  std::ostringstream os;
+  dcp::sim::write_plan_json(os, sum, std::span<const dcp::plan>(made.plans));
+  const std::vector<dcp::sim::plan_document> docs{from_text(os.str())};
+  const std::vector<std::string> sources{"f.json"};
+  const std::vector<dcp::forward_network> t5{nets[0]};
+  EXPECT_DCP_ERROR(dcp::sim::replay_frozen(docs, sources, t5), dcp::errc::mismatch,
+                   "plan file 'f.json' records the frozen networks t5-xxl-encoder, vae3d-encoder, but --frozen gives "
+                   "t5-xxl-encoder",
+                   "drop --frozen");
+  EXPECT_DCP_ERROR(dcp::sim::replay_frozen(docs, sources, std::vector<dcp::forward_network>{}), dcp::errc::mismatch,
+                   "--frozen gives none");
+  // The same names on a slower device: other FLOP rates.
+  auto slower = run.cost.device;
+  slower.eff_max *= 0.8;
+  EXPECT_DCP_ERROR(dcp::sim::replay_frozen(docs, sources, both(slower)), dcp::errc::mismatch, "with other constants");
+  // Two files written with different networks.
+  std::ostringstream os2;
+  dcp::sim::write_plan_json(os2, dcp::make_cost_sum(run.cost, t5), std::span<const dcp::plan>(made.plans));
+  const std::vector<dcp::sim::plan_document> two{docs[0], from_text(os2.str())};
+  const std::vector<std::string> names{"a.json", "b.json"};
+  EXPECT_DCP_ERROR(dcp::sim::replay_frozen(two, names, std::nullopt), dcp::errc::mismatch,
+                   "plan file 'b.json' records the frozen networks t5-xxl-encoder, but 'a.json' records");
+  // A malformed or out-of-domain network is a parse error naming it.
+  json j = json::parse(os.str());
+  j["frozen"][1]["flop_rate"] = 0.0;
+  EXPECT_DCP_ERROR(from_text(j.dump()), dcp::errc::parse_error, "frozen[1]", "flop_rate = 0");
+  j["frozen"][1].erase("flop_rate");
+  EXPECT_DCP_ERROR(from_text(j.dump()), dcp::errc::parse_error, "frozen[1] has no \"flop_rate\"");
+  j["frozen"] = "vae3d";
+  EXPECT_DCP_ERROR(from_text(j.dump()), dcp::errc::parse_error, "\"frozen\" is not an array");
+}
+
 // A file written before rounds existed: the same document without any "round".
 dcp::sim::plan_document without_rounds(const std::string& text) {
   json j = json::parse(text);
@@ -230,7 +312,9 @@ TEST(OldPlanFiles, LockstepRoundsAreInferredExactlyAndRunAsWritten) {
     if (dcp::lockstep_method(name)) {
       EXPECT_GT(rounds, 0) << name << ": a lockstep run without barriers tests nothing";
       // dcp-no-inter's rounds here are mostly whole-machine gangs, which wait anyway.
-      if (name != "dcp-no-inter") EXPECT_GT(differs, 0) << name << ": one round would have run the same";
+      if (name != "dcp-no-inter") {
+        EXPECT_GT(differs, 0) << name << ": one round would have run the same";
+      }
     } else {
       EXPECT_EQ(rounds, 0) << name;
     }

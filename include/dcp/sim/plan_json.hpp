@@ -18,6 +18,15 @@
 /// batch's "speeds". "tp" is the GPUs of one planner unit (a TP group, DESIGN section 4.2):
 /// "gpus", "gpus_per_node" and every step's "ranks" and "sp" count units, unit u being GPUs
 /// [u tp, (u + 1) tp). A Ulysses x Ring step carries "ring" (absent: 1), so sp = (sp / ring) x ring.
+/// Plans made on a `cost_sum` (a trained model plus frozen forward networks, DESIGN 9.4) name
+/// the trained model under "model" and "device" and list the networks after them under
+/// "frozen", each with every constant of `forward_network`:
+/// ```
+///   "frozen": [ { "name": "vae3d-encoder", "parameters": 2.5e8, "flops_per_sequence": 0,
+///                 "flops_per_token": 2.048e9, "workspace_bytes_per_token": 262144,
+///                 "output_bytes_per_sequence": 0, "layers": 40, "flop_rate": 3.7e14, "tau": 2e-5 } ]
+/// ```
+/// The key is absent for a plain model and in files written before the networks were recorded.
 ///
 /// `read_plan_json` reads such a document back, and `dcp.plan/v1` files too: v1 had no "tp" (its
 /// plans are tp = 1, units are GPUs); v2 requires it. Files written before rounds existed have no
@@ -31,6 +40,7 @@
 #include <fstream>
 #include <istream>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -40,6 +50,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/cost/cost_sum.hpp>
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
 #include <dcp/model/transformer.hpp>
@@ -85,6 +96,37 @@ inline nlohmann::ordered_json to_json(const device_spec& d) {
           {"mem_bytes", d.mem_bytes}, {"usable", d.usable},   {"beta", d.beta}};
 }
 
+/// The constants of a frozen forward network.
+inline nlohmann::ordered_json to_json(const forward_network& f) {
+  return {{"name", f.name},
+          {"parameters", f.parameters},
+          {"flops_per_sequence", f.flops_per_sequence},
+          {"flops_per_token", f.flops_per_token},
+          {"workspace_bytes_per_token", f.workspace_bytes_per_token},
+          {"output_bytes_per_sequence", f.output_bytes_per_sequence},
+          {"layers", f.layers},
+          {"flop_rate", f.flop_rate},
+          {"tau", f.tau}};
+}
+
+namespace detail {
+/// A cost model that adds frozen forward networks to a trained model's (`cost_sum`).
+template <class C>
+concept with_frozen_networks = requires(const C& c) {
+  c.trained;
+  { c.forward } -> std::convertible_to<const std::vector<forward_network>&>;
+};
+
+/// The trained model's cost model inside `cost`: `cost` itself unless it adds frozen networks.
+template <class C>
+const auto& trained_part(const C& cost) noexcept {
+  if constexpr (with_frozen_networks<C>)
+    return trained_part(cost.trained);
+  else
+    return cost;
+}
+}  // namespace detail
+
 /// One batch of a plan JSON.
 inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
@@ -125,9 +167,11 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
 inline constexpr std::string_view plan_format = "dcp.plan/v2";
 
 /// The `dcp.plan/v2` document of `plans` (the batches of one method, in order) made on `cost`.
-/// Model and device come from the cost model's `model` and `device` members when it has them.
+/// Model and device come from the cost model's `model` and `device` members when it has them
+/// (the trained model's for a `cost_sum`, whose networks go under "frozen").
 template <cost_model C>
 nlohmann::ordered_json plan_json(const C& cost, std::span<const plan> plans) {
+  const auto& trained = detail::trained_part(cost);
   nlohmann::ordered_json doc;
   doc["format"] = plan_format;
   doc["method"] = plans.empty() ? std::string() : plans.front().method;
@@ -135,14 +179,18 @@ nlohmann::ordered_json plan_json(const C& cost, std::span<const plan> plans) {
   doc["gpus_per_node"] = cost.gpus_per_node();
   doc["tp"] = tp_of(cost);
   doc["memory_capacity_bytes"] = cost.capacity();
-  if constexpr (requires { to_json_with_extensions(cost.model); })
-    doc["model"] = to_json_with_extensions(cost.model);
+  if constexpr (requires { to_json_with_extensions(trained.model); })
+    doc["model"] = to_json_with_extensions(trained.model);
   else
     doc["model"] = {{"name", "custom"}, {"blocks", cost.blocks()}, {"heads", cost.heads()}};
-  if constexpr (requires { to_json(cost.device); })
-    doc["device"] = to_json(cost.device);
+  if constexpr (requires { to_json(trained.device); })
+    doc["device"] = to_json(trained.device);
   else
     doc["device"] = {{"name", "custom"}, {"gpus_per_node", cost.gpus_per_node()}};
+  if constexpr (detail::with_frozen_networks<C>) {
+    doc["frozen"] = nlohmann::ordered_json::array();
+    for (const auto& f : cost.forward) doc["frozen"].push_back(to_json(f));
+  }
   nlohmann::ordered_json batches = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < plans.size(); ++i) batches.push_back(batch_json(plans[i], i));
   doc["batches"] = std::move(batches);
@@ -173,6 +221,9 @@ struct plan_document {
   double memory_capacity_bytes = 0;
   std::string model;   ///< the model's name
   std::string device;  ///< the device's name
+  /// The frozen networks every step also ran ("frozen"); none recorded when the file has no such
+  /// key (a plain model, or a file written before they were recorded).
+  std::optional<std::vector<forward_network>> frozen;
   std::vector<plan> plans;
   std::vector<std::string> warnings;  ///< what the reader inferred (rounds of an older file)
   friend bool operator==(const plan_document&, const plan_document&) = default;
@@ -235,6 +286,35 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
     doc.memory_capacity_bytes = number(at(j, "memory_capacity_bytes", "the document"), "memory_capacity_bytes");
     doc.model = at(at(j, "model", "the document"), "name", "\"model\"").get<std::string>();
     doc.device = at(at(j, "device", "the document"), "name", "\"device\"").get<std::string>();
+    if (j.contains("frozen")) {
+      const auto& nets = j.at("frozen");
+      if (!nets.is_array()) fail("\"frozen\" is not an array");
+      doc.frozen.emplace();
+      for (std::size_t i = 0; i < nets.size(); ++i) {
+        const std::string wf = "frozen[" + std::to_string(i) + "]";
+        const auto& jf = nets[i];
+        auto constant = [&](const char* key) { return number(at(jf, key, wf), wf + " " + key); };
+        forward_network net;
+        net.name = at(jf, "name", wf).get<std::string>();
+        net.parameters = constant("parameters");
+        net.flops_per_sequence = constant("flops_per_sequence");
+        net.flops_per_token = constant("flops_per_token");
+        net.workspace_bytes_per_token = constant("workspace_bytes_per_token");
+        net.output_bytes_per_sequence = constant("output_bytes_per_sequence");
+        net.layers = static_cast<int>(integer(at(jf, "layers", wf), wf + " layers", 1, int_max));
+        net.flop_rate = constant("flop_rate");
+        net.tau = constant("tau");
+        try {
+          dcp::validate(net);
+        } catch (const error& e) {
+          std::string why = e.what();  // without the category's words: this is a parse error
+          const std::string category = ": " + e.code().message();
+          if (why.ends_with(category)) why.resize(why.size() - category.size());
+          fail(wf + ": " + why);
+        }
+        doc.frozen->push_back(std::move(net));
+      }
+    }
     const auto& batches = at(j, "batches", "the document");
     if (!batches.is_array()) fail("\"batches\" is not an array");
     for (std::size_t b = 0; b < batches.size(); ++b) {

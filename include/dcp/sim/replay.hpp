@@ -10,17 +10,20 @@
 /// or a plan that breaks a law of `plan_violations` against its batch and the run's cost model
 /// (a sequence missing or added, a time or memory that is not the model's, a rank outside the
 /// job, a step before its round's barrier) is a `dcp::error` naming the file, the batch and the
-/// fix; nothing is executed then.
+/// fix; nothing is executed then. A document that records frozen networks (`cost_sum`) brings
+/// them to the run (`replay_frozen`) unless the run names other ones.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/cost/cost_sum.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/plan.hpp>
@@ -81,6 +84,48 @@ void check_replay(const plan_document& doc, std::string_view source, const C& co
     need(false, "batch " + std::to_string(b) + " is not a valid plan of this run's batch " + std::to_string(b) + " (" + list + ")",
          "it was made for another model, layout (--tp, --ep, --sharding, --ring, --frozen), dataset or seed; " + same_run);
   }
+}
+
+/// The frozen networks of a run that replays `docs` (read from `sources`, one name each): `given`
+/// when the run names them (`dcp-sim --frozen`; `std::nullopt` when it does not), else those the
+/// documents record, else none. Throws `dcp::error(errc::mismatch)` naming the file when a
+/// document records other networks than `given`, or than an earlier document (the order of the
+/// networks does not matter). A document that records none is left to `check_replay`.
+inline std::vector<forward_network> replay_frozen(std::span<const plan_document> docs,
+                                                  std::span<const std::string> sources,
+                                                  const std::optional<std::vector<forward_network>>& given) {
+  check(docs.size() == sources.size(), errc::invalid_argument, [&] {
+    return std::to_string(docs.size()) + " plan documents with " + std::to_string(sources.size()) +
+           " source names; give one name per document";
+  });
+  auto sorted = [](std::vector<forward_network> v) {
+    std::sort(v.begin(), v.end(), [](const forward_network& a, const forward_network& b) { return a.name < b.name; });
+    return v;
+  };
+  auto names = [](const std::vector<forward_network>& v) {
+    std::string out;
+    for (const auto& f : v) out += (out.empty() ? "" : ", ") + f.name;
+    return out.empty() ? std::string("none") : out;
+  };
+  std::optional<std::vector<forward_network>> out = given;
+  std::string from = "--frozen";  // where `out` came from, for messages
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (!docs[i].frozen) continue;
+    if (!out) {
+      out = docs[i].frozen, from = "'" + sources[i] + "'";
+      continue;
+    }
+    if (sorted(*docs[i].frozen) == sorted(*out)) continue;
+    const std::string recorded = names(*docs[i].frozen), other = names(*out);
+    const std::string differs = recorded == other ? " with other constants (another --device?)" : "";
+    throw error(errc::mismatch,
+                "plan file '" + sources[i] + "' records the frozen networks " + recorded + differs + ", but " + from +
+                    (from == "--frozen" ? " gives " : " records ") + other + "; " +
+                    (from == "--frozen" ? "drop --frozen (the file's networks are used) or replay it with the networks "
+                                          "it was written with"
+                                        : "replay files written with the same networks together"));
+  }
+  return out.value_or(std::vector<forward_network>{});
 }
 
 /// The row name of a replayed document: its method and the file, e.g. "bucket<plan.json>".
