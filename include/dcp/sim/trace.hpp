@@ -29,6 +29,43 @@ struct timeline {
   std::span<const plan> plans;
 };
 
+namespace detail {
+
+// The names below are appended piece by piece: GCC 12 at -O3 takes `"literal" + std::string`
+// for a copy onto overlapping memory (a false -Wrestrict).
+
+// "GPU 3", or "TP group 1 (GPUs 8-15)" for a unit of `tp` > 1 GPUs.
+inline std::string trace_track_name(int unit, int tp) {
+  std::string out = tp == 1 ? "GPU " : "TP group ";
+  out += std::to_string(unit);
+  if (tp == 1) return out;
+  out += " (GPUs ";
+  out += std::to_string(unit * tp);
+  out += '-';
+  out += std::to_string((unit + 1) * tp - 1);
+  out += ')';
+  return out;
+}
+
+// "sp8 x3 k12": sp, sequences, checkpointed blocks; a Ulysses x Ring step reads "sp64=32x2 ...".
+inline std::string trace_step_name(const plan_step& s) {
+  std::string out = "sp";
+  out += std::to_string(s.sp());
+  if (s.ring != 1) {
+    out += '=';
+    out += std::to_string(s.ulysses());
+    out += 'x';
+    out += std::to_string(s.ring);
+  }
+  out += " x";
+  out += std::to_string(s.sequences.size());
+  out += " k";
+  out += std::to_string(s.checkpointed_blocks);
+  return out;
+}
+
+}  // namespace detail
+
 /// Writes the trace of `runs` to `os`.
 inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
   using json = nlohmann::ordered_json;
@@ -45,9 +82,7 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
     emit({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", std::string(runs[m].method)}}}});
     emit({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
     for (int r = 0; r < gpus; ++r) {
-      const std::string track = tp == 1 ? "GPU " + std::to_string(r)
-                                        : "TP group " + std::to_string(r) + " (GPUs " + std::to_string(r * tp) + "-" +
-                                              std::to_string((r + 1) * tp - 1) + ")";
+      const std::string track = detail::trace_track_name(r, tp);
       emit({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"name", track}}}});
       emit({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"sort_index", r}}}});
     }
@@ -66,11 +101,7 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
         std::int64_t tokens = 0;
         json ids = json::array();
         for (const auto& q : s.sequences) tokens += q.tokens, ids.push_back(q.id);
-        // Ulysses x Ring steps read "sp64=32x2".
-        const std::string split =
-            s.ring != 1 ? "=" + std::to_string(s.ulysses()) + "x" + std::to_string(s.ring) : std::string();
-        const std::string name = "sp" + std::to_string(s.sp()) + split + " x" + std::to_string(s.sequences.size()) +
-                                 " k" + std::to_string(s.checkpointed_blocks);
+        const std::string name = detail::trace_step_name(s);
         json args = {{"batch", b},
                      {"step", i},
                      {"sp", s.sp()},
