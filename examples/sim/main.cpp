@@ -201,8 +201,8 @@ void add_calibrated(method_runs& runs, const std::vector<std::string>& methods, 
 
 int run(const cli_options& o) {
   // Inputs first, so that a typo fails before any work.
-  const bool on_truth = o.truth.has_value() || !o.truth_profile.empty();
-  const auto methods = split_methods(o.methods_given || !on_truth ? o.methods : o.methods + ",oracle", on_truth);
+  const bool with_truth = o.truth.has_value() || !o.truth_profile.empty();
+  const auto methods = split_methods(o.methods_given || !with_truth ? o.methods : o.methods + ",oracle", with_truth);
   const dcp::sim::truth_spec spec = dcp::sim::parse_truth_spec(o.truth.value_or(""));
   const std::uint64_t truth_seed = o.truth_seed.value_or(o.seed);
   dcp::check(o.on_infeasible == "error" || o.on_infeasible == "skip", dcp::errc::invalid_argument,
@@ -259,7 +259,7 @@ int run(const cli_options& o) {
   for (const auto& s : data) header.tokens += cost.tokens_of(s);
 
   const bool views = !o.trace_out.empty() || !o.svg_out.empty();
-  dcp::check(!o.calibrate || on_truth, dcp::errc::invalid_argument, [] {
+  dcp::check(!o.calibrate || with_truth, dcp::errc::invalid_argument, [] {
     return std::string("--calibrate learns a truth clock; give --truth SPEC or --truth-profile FILE");
   });
   nlohmann::json calibration;
@@ -322,10 +322,10 @@ int run(const cli_options& o) {
     }
   };
   if (frozen.empty())
-    run_all(cost, [](auto model, const dcp::cost_scales&) { return model; });
+    run_all(cost, [](auto trained, const dcp::cost_scales&) { return trained; });
   else
-    run_all(dcp::make_cost_sum(cost, frozen), [&](auto model, const dcp::cost_scales& s) {
-      return dcp::make_cost_sum(std::move(model), frozen_on_truth(frozen, s));
+    run_all(dcp::make_cost_sum(cost, frozen), [&](auto trained, const dcp::cost_scales& s) {
+      return dcp::make_cost_sum(std::move(trained), frozen_on_truth(frozen, s));
     });
   const auto& rows = runs.rows;
 
