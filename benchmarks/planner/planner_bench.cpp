@@ -74,7 +74,8 @@ void plan_latency(benchmark::State& state) {
 }
 
 void plan_latency_layout(benchmark::State& state, const char* model, int tp, int ring,
-                         dcp::sharding_kind sharding = dcp::sharding_kind::zero1, const char* workload = "text-longtail") {
+                         dcp::sharding_kind sharding = dcp::sharding_kind::zero1,
+                         const char* workload = "text-longtail") {
   const int gpus = static_cast<int>(state.range(0));
   const auto& batch = batch_of(workload, state.range(1));
   const auto cost = dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus,
@@ -122,5 +123,6 @@ BENCHMARK_CAPTURE(plan_latency_layout, llama3_8b_tp8_ring8, "llama3-8b", 8, 8)
     ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8_zero3, "llama3-70b", 8, 1, dcp::sharding_kind::zero3)
     ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(plan_latency_layout, wan2_1_14b_zero3, "wan2.1-14b", 1, 1, dcp::sharding_kind::zero3, "cogvideox-zipf10")
+BENCHMARK_CAPTURE(plan_latency_layout, wan2_1_14b_zero3, "wan2.1-14b", 1, 1, dcp::sharding_kind::zero3,
+                  "cogvideox-zipf10")
     ->Args({64, 11000})->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);

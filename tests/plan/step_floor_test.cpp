@@ -51,16 +51,17 @@ dcp::analytic_cost random_cost(rng& g, dcp::sharding_kind sharding) {
   }
 }
 
-// Up to 24 sequences per unit (a quarter of the batches under one per unit): half drawn from an embedded workload (video for video models,
-// text otherwise), half log-uniform lengths up to the longest that fits; ids unique.
+// Up to 24 sequences per unit (a quarter of the batches under one per unit): half drawn from an
+// embedded workload (video for video models, text otherwise), half log-uniform lengths up to the
+// longest that fits; ids unique.
 std::vector<dcp::sequence> random_batch(rng& g, const dcp::analytic_cost& c) {
   const std::int64_t count = g.between(0, 3) == 0 ? g.log_between(1, c.gpus()) : g.between(c.gpus(), 24 * c.gpus());
   const std::int64_t limit = dcp::largest_feasible_tokens(c);
   std::vector<dcp::sequence> out;
   if (g.between(0, 1) == 0) {
     const bool text = c.model.attention == dcp::attention_kind::causal;
-    const auto all = dcp::workloads::make(text ? "text-longtail" : g.between(0, 1) ? "cogvideox-zipf10" : "opensora-zipf1",
-                                          static_cast<std::uint64_t>(g.between(0, 1000)));
+    const char* name = text ? "text-longtail" : g.between(0, 1) ? "cogvideox-zipf10" : "opensora-zipf1";
+    const auto all = dcp::workloads::make(name, static_cast<std::uint64_t>(g.between(0, 1000)));
     for (const auto& s : all) {
       if (static_cast<std::int64_t>(out.size()) == count) break;
       if (c.tokens_of(s) <= limit) out.push_back(s);
@@ -103,8 +104,8 @@ TEST(StepFloor, Zero3PlansKeepTheLawsAndAreNeverSlower) {
     ASSERT_LE(p.makespan_s, q.makespan_s * (1 + 1e-12)) << "dissolving short steps made the plan slower";
     if (p.makespan_s < q.makespan_s * (1 - 1e-9)) ++faster, saved += 1 - p.makespan_s / q.makespan_s;
   }
-  std::cout << "[ zero3    ] " << faster << " of " << trials << " plans faster, by " << (faster ? saved / faster : 0) * 100
-            << "% on average\n";
+  std::cout << "[ zero3    ] " << faster << " of " << trials << " plans faster, by "
+            << (faster ? saved / faster : 0) * 100 << "% on average\n";
   EXPECT_GT(faster, trials / 10);  // the pass pays off on many batches, not on a lucky one
 }
 

@@ -506,7 +506,9 @@ class dcp_planning {
         if (j != s) near.push_back(j);
       const std::size_t n = std::min(near.size(), dissolve_targets);
       std::partial_sort(near.begin(), near.begin() + static_cast<std::ptrdiff_t>(n), near.end(),
-                        [&](std::size_t a, std::size_t b) { return steps[a].time != steps[b].time ? steps[a].time < steps[b].time : a > b; });
+                        [&](std::size_t a, std::size_t b) {  // shortest first; ties: the later
+                          return steps[a].time != steps[b].time ? steps[a].time < steps[b].time : a > b;
+                        });
       near.resize(n);
       grown.resize(n);
       for (std::size_t t = 0; t < n; ++t) {
