@@ -156,8 +156,9 @@ inline packed_shard make_shard(const synthetic_data& data, std::span<const segme
   return s;
 }
 
-/// One micro-step of this rank, measured around its forward+backward: `wall_s` (steady clock;
-/// includes waiting for the group's peers and time the OS gave other processes), `cpu_s` (this
+/// One micro-step of this rank, measured around its forward+backward from the moment its whole
+/// group has arrived: `wall_s` (steady clock; includes waiting for peers within the step and time
+/// the OS gave other processes), `cpu_s` (this
 /// thread's CPU time, CLOCK_THREAD_CPUTIME_ID: its own compute and copies, not the time it slept
 /// in a collective waiting for a peer) and `activation_bytes` (the peak the thread's
 /// `dcp::memory_counter` saw: activation buffers, not parameters or optimizer state).
@@ -209,6 +210,11 @@ step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<
     dcp::memory_counter counter;
     double cpu0 = 0;
     std::chrono::steady_clock::time_point t0;
+    // The clock starts when the whole group is here. A member that arrives early (its previous
+    // steps were shorter) would otherwise wait inside the step's first collective, and count
+    // that wait as the step's: in wall time always, and in CPU time under MPI, whose waits poll.
+    // The first collective would make it wait anyway, so the barrier moves the wait, not adds one.
+    if (st.sp() > 1) st.comm().barrier();
     {
       dcp::memory_scope scope(counter);
       t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();

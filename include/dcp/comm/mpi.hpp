@@ -7,13 +7,15 @@
 /// - Errors: the wrapped communicator uses `MPI_ERRORS_RETURN`; an MPI error code becomes a
 ///   `dcp::error` in `mpi_category()` (value = MPI error class) with `MPI_Error_string`'s text.
 /// - Timeouts: every operation is nonblocking (`MPI_Ialltoall`, `MPI_Iallreduce`, ...) and polled
-///   with `MPI_Test` until `timeout()`. On a timeout the call throws `dcp::error` with
-///   `errc::timeout` naming the operation and this rank (MPI cannot tell which peer is missing;
-///   for point-to-point it names the peer), and the communicator is aborted: later calls throw
-///   `errc::aborted`. It does NOT call `MPI_Abort`: the caller decides (`abort_job()` does it).
-///   A timed-out collective cannot be cancelled in MPI, so its request is kept (never freed) and
-///   its buffers must stay alive until the process ends or the late peer joins; receives are
-///   matched by probing first, so a timed-out `recv` leaves nothing pending.
+///   with `MPI_Test` until `timeout()` (spinning, then yielding, then sleeping up to 100 us
+///   between polls once a wait passes 1 ms: `detail::poll_backoff`). On a timeout the call
+///   throws `dcp::error` with `errc::timeout` naming the operation and this rank (MPI cannot
+///   tell which peer is missing; for point-to-point it names the peer), and the communicator is
+///   aborted: later calls throw `errc::aborted`. It does NOT call `MPI_Abort`: the caller
+///   decides (`abort_job()` does it). A timed-out collective cannot be cancelled in MPI, so its
+///   request is kept (never freed) and its buffers must stay alive until the process ends or the
+///   late peer joins; receives are matched by probing first, so a timed-out `recv` leaves
+///   nothing pending.
 /// - Checks: with `checked()` (the default) every collective first all-gathers a 64-byte
 ///   description of each rank's call, so a size, type, root or order mismatch is the same
 ///   `dcp::error` on every rank instead of undefined behaviour or a timeout. `set_checked(false)`
@@ -64,6 +66,29 @@ MPI_Datatype mpi_type() noexcept {
   else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 8) return MPI_UINT64_T;
   else static_assert(sizeof(T) == 0, "all_reduce: no MPI datatype for this element type");
 }
+
+// How a rank waits between two polls of MPI: spin briefly (a peer that is nearly there), then
+// yield, then, once the wait has lasted a millisecond, sleep for up to 100 us at a time. A rank
+// waiting for a busy peer then neither burns a core the peer could use (ranks often share cores
+// under --oversubscribe) nor counts the wait as its own CPU time; a wake-up comes at most
+// 100 us late, a tenth of the wait so far.
+class poll_backoff {
+ public:
+  void pause() {
+    ++polls_;
+    if (polls_ <= 64) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (polls_ == 65) since_ = now;
+    if (now - since_ < std::chrono::milliseconds(1)) return std::this_thread::yield();
+    nap_ = std::min(std::chrono::microseconds(100), std::max(std::chrono::microseconds(10), 2 * nap_));
+    std::this_thread::sleep_for(nap_);
+  }
+
+ private:
+  int polls_ = 0;
+  std::chrono::steady_clock::time_point since_;
+  std::chrono::microseconds nap_{0};
+};
 
 // What a timed-out request still references: kept until the process ends.
 struct mpi_orphan {
@@ -262,11 +287,12 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
     const auto dl = clock::now() + timeout_;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
-    for (int flag = 0, spins = 0; !flag; ++spins) {
+    detail::poll_backoff backoff;
+    for (int flag = 0; !flag;) {
       detail::mpi_check(MPI_Improbe(peer, tag, comm_, &flag, &msg, &st), "MPI_Improbe", where("recv"));
       if (!flag) {
         if (clock::now() > dl) timed_out("recv", peer);
-        if (spins > 64) std::this_thread::yield();
+        backoff.pause();
       }
     }
     int bytes = 0;
@@ -403,11 +429,12 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
 
   void wait(detail::mpi_orphan& o, const char* what, int peer = -1) {
     const auto dl = clock::now() + timeout_;
-    for (int flag = 0, spins = 0;; ++spins) {
+    detail::poll_backoff backoff;
+    for (int flag = 0;;) {
       detail::mpi_check(MPI_Test(&o.request, &flag, MPI_STATUS_IGNORE), "MPI_Test", where(what));
       if (flag) return;
       if (clock::now() > dl) break;
-      if (spins > 64) std::this_thread::yield();
+      backoff.pause();
     }
     orphans_.push_back(std::move(o));
     timed_out(what, peer);
