@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/cost_sum.hpp>
+#include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
@@ -81,6 +84,56 @@ TEST(cost_sum, plans_soundly_in_the_cost_slot) {
     sched.verify(q);
     EXPECT_TRUE(dcp::plan_violations(q, batch, sched.cost()).empty());
   });
+}
+
+// The floor is forwarded only where the trained model has one.
+static_assert(dcp::step_floor_cost_model<dcp::cost_sum<dcp::analytic_cost>>);
+static_assert(dcp::step_floor_cost_model<dcp::cost_sum<dcp::scaled_analytic_cost>>);
+static_assert(!dcp::step_floor_cost_model<dcp::fitted_cost> &&
+              !dcp::step_floor_cost_model<dcp::cost_sum<dcp::fitted_cost>>);
+
+// Over random zero3 jobs (on the planner's clock and on a scaled truth's), frozen networks and
+// steps of every legal sp and k, no step is shorter than the forwarded floor, which is the
+// trained model's; a zero1 sum has none.
+TEST(cost_sum, every_step_lasts_at_least_the_trained_models_floor) {
+  rng g(23);
+  const auto d = dcp::devices::h200();
+  const std::vector<dcp::forward_network> nets{dcp::forward_networks::t5_xxl_encoder(d),
+                                               dcp::forward_networks::vae3d_encoder(d)};
+  auto check = [&](const auto& c, const std::string& what) {
+    SCOPED_TRACE(what);
+    ASSERT_EQ(c.step_floor(), c.trained.step_floor());
+    for (int i = 0; i < 150; ++i) {
+      typename std::decay_t<decltype(c)>::load_type l{};
+      for (int s = 0, n = int(g.between(1, 6)); s < n; ++s)
+        l = l + c.load_of(dcp::make_sequence(s, g.between(1, 13), g.between(1, 3600)));
+      const int sp = 1 << g.between(0, 6), k = int(g.between(0, c.blocks()));
+      if (!dcp::legal_sp(c, sp)) continue;  // a sum prices Ulysses steps (no rings)
+      ASSERT_GE(c.time(l, sp, k), c.step_floor()) << "i " << i << " sp " << sp << " k " << k;
+    }
+  };
+  for (const char* model : {"wan2.1-14b", "cogvideox-5b"})
+    for (auto sharding : {dcp::sharding_kind::zero3, dcp::sharding_kind::zero1}) {
+      const auto a = dcp::make_analytic_cost(dcp::models::preset(model), d, 64, {1, 1, sharding, 1});
+      const std::size_t pick = std::size_t(g.between(1, 3));  // t5, vae or both
+      std::vector<dcp::forward_network> some;
+      for (std::size_t f = 0; f < nets.size(); ++f)
+        if (pick >> f & 1) some.push_back(nets[f]);
+      const auto sum = dcp::make_cost_sum(a, some);
+      const dcp::cost_scales scales{g.log_between(0.5, 2), g.log_between(0.5, 2), g.log_between(0.5, 2),
+                                    g.log_between(0.5, 2), g.log_between(0.5, 2), 1};
+      const auto truth = dcp::make_cost_sum(dcp::scaled_analytic_cost{a, scales}, some);
+      std::ostringstream what;
+      what << sum << " on " << scales;
+      if (sharding == dcp::sharding_kind::zero3) {
+        ASSERT_GT(sum.step_floor(), 0.0) << what.str();
+      } else {
+        ASSERT_EQ(sum.step_floor(), 0.0) << what.str();
+        ASSERT_EQ(truth.step_floor(), 0.0) << what.str();
+      }
+      check(sum, what.str());
+      check(truth, what.str() + " (truth)");
+    }
 }
 
 TEST(cost_sum, bad_networks_are_rejected_by_name) {

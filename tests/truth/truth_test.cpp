@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
+#include <limits>
 #include <span>
 #include <sstream>
 #include <string>
@@ -161,6 +163,53 @@ TEST(ScaledCost, EachFactorScalesItsOwnTerm) {
     const double act = base.memory(l, sp, k) - base.static_memory();
     EXPECT_NEAR(with({1, 1, 1, 1, 1, 1.08}).memory(l, sp, k) - base.static_memory(), 1.08 * act, 1e-9 * act) << sp;
     EXPECT_EQ(with({1, 1, 1, 1, 1, 1.08}).time(l, sp, k), t);
+  }
+}
+
+// The scaled model forwards zero3's per-step floor (`step_floor_cost_model`) on its own clock:
+// over random scales, loads, sp, k and every legal ring, no step is shorter than it; a short
+// step lasts exactly it (the floor is the one `time` takes, not a looser one); 0 under zero1.
+TEST(ScaledCost, EveryStepLastsAtLeastTheScaledFloor) {
+  const std::uint64_t seed = 20261201;
+  std::cout << "[     SEED ] " << seed << '\n';
+  dcp::xoshiro256ss g(seed);
+  auto factor = [&] { return std::exp2((static_cast<double>(dcp::uniform_below(g, 2001)) - 1000) / 1000); };  // [0.5, 2]
+  struct job {
+    const char* model;
+    int gpus;
+    dcp::parallel_layout layout;
+  };
+  const dcp::sharding_kind z3 = dcp::sharding_kind::zero3;
+  for (const job& j : {job{"wan2.1-14b", 64, {1, 1, z3, 1}}, job{"llama3-70b", 64, {8, 1, z3, 1}},
+                       job{"cogvideox-5b", 32, {1, 1, z3, 4}}, job{"qwen3-30b-a3b", 32, {1, 8, z3, 1}},
+                       job{"wan2.1-14b", 64, {1, 1, dcp::sharding_kind::zero1, 1}}}) {
+    const auto base = dcp::make_analytic_cost(dcp::models::preset(j.model), dcp::devices::h200(), j.gpus, j.layout);
+    for (int trial = 0; trial < 8; ++trial) {
+      const dcp::scaled_analytic_cost c{base, {factor(), factor(), factor(), factor(), factor(), factor()}};
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << c);
+      if (j.layout.sharding != z3) {
+        ASSERT_EQ(c.step_floor(), 0.0);
+        continue;
+      }
+      ASSERT_GT(c.step_floor(), 0.0);
+      ASSERT_TRUE(std::isfinite(c.step_floor()));
+      double least = std::numeric_limits<double>::infinity();  // a short step: the gathers alone
+      for (std::int64_t n : {512, 2048, 8192}) least = std::min(least, c.time(c.load_of(dcp::make_sequence(0, n)), 1, 0));
+      EXPECT_EQ(least, c.step_floor());
+      for (int i = 0; i < 100; ++i) {
+        dcp::analytic_load l{};
+        for (int s = 0, n = 1 + static_cast<int>(dcp::uniform_below(g, 6)); s < n; ++s)
+          l = l + c.load_of(dcp::make_sequence(s, 1 + static_cast<std::int64_t>(dcp::uniform_below(g, 8)),
+                                               1 + static_cast<std::int64_t>(dcp::uniform_below(g, 30000))));
+        const int sp = 1 << dcp::uniform_below(g, 7), k = static_cast<int>(dcp::uniform_below(g, c.blocks() + 1));
+        if (!dcp::legal_sp(c, sp)) continue;
+        for (int r = 1; r <= sp; r *= 2) {
+          if (!dcp::legal_ring(c, sp, r)) continue;
+          ASSERT_GE(dcp::time_with_ring(c, l, sp, k, r), c.step_floor()) << "i " << i << " sp " << sp << " k " << k
+                                                                          << " r " << r;
+        }
+      }
+    }
   }
 }
 

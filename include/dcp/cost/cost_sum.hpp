@@ -136,6 +136,15 @@ struct cost_sum {
     for (const auto& f : forward) t += forward_flops(l, f) / (sp * f.flop_rate) + f.layers * f.tau;
     return t;
   }
+  /// The trained model's per-step floor (zero3's weight gather): `time` adds the frozen networks'
+  /// seconds, never negative, to the trained model's time of the step, so every non-empty step
+  /// still lasts at least it. (Their per-layer overhead is not counted in: under zero1 it would
+  /// make a floor where the trained model has none.)
+  double step_floor() const
+    requires step_floor_cost_model<Trained>
+  {
+    return trained.step_floor();
+  }
   double memory(const load_type& l, int sp, int k) const {
     double workspace = 0, held = 0;
     for (const auto& f : forward) {
@@ -168,5 +177,6 @@ cost_sum<Trained> make_cost_sum(Trained trained, std::vector<forward_network> fo
 }
 
 static_assert(cost_model<cost_sum<analytic_cost>>);
+static_assert(step_floor_cost_model<cost_sum<analytic_cost>>);
 
 }  // namespace dcp

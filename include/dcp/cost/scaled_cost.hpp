@@ -108,6 +108,10 @@ class scaled_analytic_cost {
     if (scales_.memory == 1) return m;
     return base_.static_memory() + scales_.memory * (m - base_.static_memory());
   }
+  /// zero3's per-step floor on this clock: the scaled device's (alpha x overhead, bandwidths x
+  /// their factors), the floor `time` takes its maximum with since it prices through
+  /// `scaled_model()`; so the law holds as for `analytic_cost`. 0 unless zero3.
+  double step_floor() const noexcept { return scaled_.step_floor(); }
   double work_floor(const load_type& l, int sp, int k) const noexcept { return scaled_.work_floor(timed(l), sp, k); }
   double work_floor(const load_type& l, int sp, int k, int r) const noexcept {
     return scaled_.work_floor(timed(l), sp, k, r);
@@ -138,5 +142,6 @@ class scaled_analytic_cost {
 };
 
 static_assert(cost_model<scaled_analytic_cost>);
+static_assert(step_floor_cost_model<scaled_analytic_cost>);
 
 }  // namespace dcp
