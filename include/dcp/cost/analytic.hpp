@@ -407,5 +407,7 @@ static_assert(cost_model<analytic_cost>);
 static_assert(ring_cost_model<analytic_cost>);
 static_assert(token_memory_cost_model<analytic_cost>);
 static_assert(step_floor_cost_model<analytic_cost>);
+static_assert(step_floor_share_cost_model<analytic_cost>);
+static_assert(work_floors_cost_model<analytic_cost>);
 
 }  // namespace dcp

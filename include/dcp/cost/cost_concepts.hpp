@@ -34,6 +34,14 @@
 ///     tokens it holds (ZeRO-3's per-step weight gather, DESIGN section 4.2). Law: it is finite
 ///     and >= 0, and `time(l, sp, k)` (any legal ring) is at least it for every non-empty load;
 ///     0 means no floor. Under a floor the dcp planner trades recomputation for fewer steps.
+///   - `step_floor_share_cost_model`: `c.step_floor_share(l)`, unit-seconds of the per-step
+///     floor that the load claims in any step. Law: it is finite and >= 0, and for every step
+///     that fits `capacity()` (any sp, k, legal ring) the shares of its sequences sum to at most
+///     `sp * time` of the step, so a lower bound may add them up (DESIGN section 3).
+///   - `work_floors_cost_model`: `c.floors()`, a value whose `both(l, sp, k, r)` gives `.work`
+///     and `.packed` of a step run with ring r, with the model's per-call terms computed once.
+///     Law: they equal `c.work_floor(l, sp, k, r)` and `c.packed_work_floor(l, sp, k, r)` (the
+///     three-argument forms at r = `step_ring_of(c, sp)`), so the lower bounds may take either.
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <concepts>
@@ -106,6 +114,20 @@ template <class C>
 concept step_floor_cost_model = cost_model<C> && requires(const C& c) {
   { c.step_floor() } -> std::convertible_to<double>;
 };
+
+/// A cost model that knows the share of its per-step floor a load claims (see the file comment).
+template <class C>
+concept step_floor_share_cost_model = cost_model<C> && requires(const C& c, const typename C::load_type& l) {
+  { c.step_floor_share(l) } -> std::convertible_to<double>;
+};
+
+/// A cost model that prices both work floors of a step at once (see the file comment).
+template <class C>
+concept work_floors_cost_model =
+    cost_model<C> && requires(const C& c, const typename C::load_type& l, int sp, int k, int r) {
+      { c.floors().both(l, sp, k, r).work } -> std::convertible_to<double>;
+      { c.floors().both(l, sp, k, r).packed } -> std::convertible_to<double>;
+    };
 
 /// A cost model that prices Ulysses x Ring steps (DESIGN section 4.3): `c.max_ring()`, the
 /// largest ring r a step may use (1 = Ulysses only). Law: with max_ring() == 1 it prices

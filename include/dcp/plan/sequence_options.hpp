@@ -208,7 +208,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   std::vector<priced> ranges;  // per feasible sequence, in order: its terms (twins share them)
   std::vector<priced> seen(count);
   [[maybe_unused]] const auto floors = [&] {
-    if constexpr (requires { cost.floors(); })
+    if constexpr (work_floors_cost_model<C>)
       return cost.floors();
     else
       return 0;
@@ -228,13 +228,13 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     const std::size_t start = terms.size();
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
     double share = 0;
-    if constexpr (requires { cost.step_floor_share(load); }) share = cost.step_floor_share(load);
+    if constexpr (step_floor_share_cost_model<C>) share = cost.step_floor_share(load);
     for (const sequence_option& o : options_at(i)) {
       const double speed = speed_of_sp[log2(o.sp)];
       if (speed == 0) continue;  // no block of this size: no plan runs the option
       // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
       const int sp = o.sp, k = o.checkpointed_blocks;
-      if constexpr (requires { cost.floors().both(load, sp, k, 1); }) {
+      if constexpr (work_floors_cost_model<C>) {
         // The same floors, through the cost model's per-model terms computed once (`floors`),
         // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
         // then each wider one.
