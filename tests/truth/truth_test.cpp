@@ -173,7 +173,8 @@ TEST(ScaledCost, EveryStepLastsAtLeastTheScaledFloor) {
   const std::uint64_t seed = 20261201;
   std::cout << "[     SEED ] " << seed << '\n';
   dcp::xoshiro256ss g(seed);
-  auto factor = [&] { return std::exp2((static_cast<double>(dcp::uniform_below(g, 2001)) - 1000) / 1000); };  // [0.5, 2]
+  // A factor in [0.5, 2], log-uniform.
+  auto factor = [&] { return std::exp2((static_cast<double>(dcp::uniform_below(g, 2001)) - 1000) / 1000); };
   struct job {
     const char* model;
     int gpus;
@@ -194,7 +195,8 @@ TEST(ScaledCost, EveryStepLastsAtLeastTheScaledFloor) {
       ASSERT_GT(c.step_floor(), 0.0);
       ASSERT_TRUE(std::isfinite(c.step_floor()));
       double least = std::numeric_limits<double>::infinity();  // a short step: the gathers alone
-      for (std::int64_t n : {512, 2048, 8192}) least = std::min(least, c.time(c.load_of(dcp::make_sequence(0, n)), 1, 0));
+      for (std::int64_t n : {512, 2048, 8192})
+        least = std::min(least, c.time(c.load_of(dcp::make_sequence(0, n)), 1, 0));
       EXPECT_EQ(least, c.step_floor());
       for (int i = 0; i < 100; ++i) {
         dcp::analytic_load l{};
