@@ -1,11 +1,14 @@
 // The calibrator on its own: per-GPU speed learned from gang steps alone (whether members report
-// their own busy time or the gang's), and the memory margin following measured peaks below and
+// their own busy time or the gang's), noise never marking a GPU slow, recent steps outweighing
+// old ones when the clock drifts, and the memory margin following measured peaks below and
 // above the model.
 #include "calibration_test_support.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
+#include <random>
 #include <vector>
 
 #include <dcp/cost/calibration.hpp>
@@ -50,6 +53,105 @@ TEST(calibrator, learns_a_slow_gpu_from_gang_steps_alone) {
   }
   // Every GPU at full speed: nobody is marked slow.
   EXPECT_TRUE(gang_only(truth, 5, 1.0, false, 100, g).speeds().empty());
+}
+
+// One global batch on two GPUs: solo steps on either GPU (a different mix on each, as DCP-inter
+// plans them) and gang steps on both, each member reporting its own busy time off by seeded
+// log-normal noise of `sigma`, GPU 1 at `speed`; then a refit.
+void two_gpu_batch(dcp::calibrator& c, const dcp::fitted_cost& truth, double speed, double sigma, rng& g) {
+  std::normal_distribution<double> noise(0.0, sigma);
+  auto measured = [&](double t, int gpu) { return t / (gpu == 1 ? speed : 1.0) * std::exp(noise(g)); };
+  for (int i = 0; i < 6; ++i) {
+    const auto o = calib_test::random_step(truth, g);
+    const double t = truth.time(o.load, o.sp, o.checkpointed_blocks);
+    if (o.sp == 1) {
+      const int gpu = int(g.between(0, 1));
+      c.add({o.load, {gpu, 1}, o.checkpointed_blocks, {measured(t, gpu)}, {0.0}});
+    } else {
+      c.add({o.load, {0, 2}, o.checkpointed_blocks, {measured(t, 0), measured(t, 1)}, {0.0, 0.0}});
+    }
+  }
+  c.refit();
+}
+
+TEST(calibrator, noise_alone_never_marks_a_gpu_slow) {
+  const auto truth = calib_test::prior(2);
+  for (const std::uint64_t seed : {43u, 44u, 45u, 46u, 47u}) {
+    rng g(seed);
+    dcp::calibrator c(truth, {.enabled = true});
+    // 8% scatter per step, more than the 3% tolerance: no refit along the way moves a speed.
+    for (int b = 0; b < 24; ++b) {
+      two_gpu_batch(c, truth, 1.0, 0.08, g);
+      EXPECT_TRUE(c.speeds().empty()) << "seed " << seed << ", batch " << b << ": GPU 1 at " << c.speeds()[1];
+    }
+  }
+}
+
+TEST(calibrator, a_slow_gpu_is_found_through_the_noise) {
+  const auto truth = calib_test::prior(2);
+  rng g(48);
+  dcp::calibrator c(truth, {.enabled = true});
+  for (int b = 0; b < 12; ++b) two_gpu_batch(c, truth, 0.8, 0.05, g);
+  ASSERT_EQ(c.speeds().size(), 2u);
+  EXPECT_DOUBLE_EQ(c.speeds()[0], 1.0);
+  EXPECT_NEAR(c.speeds()[1], 0.8, 0.04);  // the fit and the noise each move it by about 1-2%
+}
+
+TEST(calibrator, recent_steps_outweigh_old_ones_when_the_clock_drifts) {
+  const auto p = calib_test::prior(8);
+  rng g(49);
+  const auto before = calib_test::observe_on(p, 240, g);
+  auto after = calib_test::observe_on(p, 240, g);  // the same clock, now 25% slower
+  for (auto& o : after) o.seconds *= 1.25;
+  auto ratio_after_drift = [&](double half_life) {
+    dcp::calibrator c(p, {.enabled = true, .learn_speed = false, .half_life = half_life});
+    auto add = [&](const std::vector<dcp::step_observation>& obs, std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; ++i) {
+        const auto& o = obs[i];
+        c.add({o.load, {0, o.sp}, o.checkpointed_blocks, std::vector<double>(std::size_t(o.sp), o.seconds),
+               std::vector<double>(std::size_t(o.sp), 0.0)});
+      }
+      c.refit();
+    };
+    for (std::size_t b = 0; b < 12; ++b) add(before, 20 * b, 20 * b + 20);  // 12 batches on the old clock
+    for (std::size_t b = 0; b < 4; ++b) add(after, 20 * b, 20 * b + 20);    // then 4 on the new one
+    double sum = 0;
+    for (const auto& o : after) sum += std::log(c.model().time(o.load, o.sp, o.checkpointed_blocks) / p.time(o.load, o.sp, o.checkpointed_blocks));
+    return std::exp(sum / double(after.size()));
+  };
+  const double flat = ratio_after_drift(0), recent = ratio_after_drift(2);
+  // Every step equal: 4 of 16 batches are on the new clock, the fit is about 1.25^(1/4) = 1.06.
+  EXPECT_LT(flat, 1.09);
+  // Half-life 2 batches: the new 4 weigh 3/4 of the total, the fit is about 1.25^(3/4) = 1.18.
+  EXPECT_GT(recent, 1.15);
+  EXPECT_LE(recent, 1.25 + 1e-9);
+}
+
+TEST(calibrator, fits_one_factor_until_it_has_enough_steps_for_the_form) {
+  const auto p = calib_test::prior(8);
+  rng g(51);
+  const auto truth = calib_test::scaled_truth(p, g);
+  const auto steps = calib_test::observe_on(truth, 24, g);
+  dcp::calibrator c(p, {.enabled = true, .learn_speed = false});
+  auto add = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      const auto& o = steps[i];
+      c.add({o.load, {0, o.sp}, o.checkpointed_blocks, std::vector<double>(std::size_t(o.sp), o.seconds),
+             std::vector<double>(std::size_t(o.sp), 0.0)});
+    }
+    c.refit();
+  };
+  add(0, 10);  // 10 timed steps, fewer than full_fit_steps (16): the prior's form times one factor
+  const auto prior_t = p.coef.time_array(), fit_t = c.model().coef.time_array();
+  const double factor = fit_t[0] / prior_t[0];
+  EXPECT_NE(factor, 1.0);
+  for (std::size_t j = 0; j < prior_t.size(); ++j) EXPECT_NEAR(fit_t[j], prior_t[j] * factor, 1e-12 * fit_t[j]) << "term " << j;
+  EXPECT_EQ(c.model().shape.device.x_half, p.shape.device.x_half);
+  EXPECT_EQ(c.model().recompute_ratio, p.recompute_ratio);
+  // The truth scales each term by its own factor in [0.5, 2]: one factor leaves a visible miss.
+  EXPECT_GT(c.model().residuals.time_max, 0.05);
+  add(10, 24);  // 24 steps: the whole form is fitted and reproduces the exact measurements
+  EXPECT_LT(c.model().residuals.time_max, 0.02);  // the ridge toward the prior keeps about 1%
 }
 
 TEST(calibrator, memory_margin_tightens_below_the_prediction_and_widens_above) {

@@ -205,6 +205,21 @@ TEST(fitted_cost, bad_observations_are_rejected_by_name) {
   EXPECT_DCP_ERROR((void)dcp::fit_cost(p, with([](auto& x) { x.checkpointed_blocks = 99; })), bad,
                    "checkpointed_blocks");
   EXPECT_DCP_ERROR((void)dcp::fit_cost(p, o, {-1, true, true}), bad, "prior_weight");
+  EXPECT_DCP_ERROR((void)dcp::fit_cost(p, with([](auto& x) { x.weight = -1; })), bad, "weight = -1");
+  EXPECT_DCP_ERROR((void)dcp::fit_cost(p, with([](auto& x) { x.weight = std::nan(""); })), bad, "weight");
+}
+
+TEST(fitted_cost, a_step_of_weight_zero_counts_for_nothing) {
+  const auto p = calib_test::prior(8);
+  rng g(17);
+  auto obs = calib_test::observe_on(calib_test::scaled_truth(p, g), 30, g);
+  const std::vector<dcp::step_observation> kept(obs.begin(), obs.begin() + 20);
+  // The other ten, three times slower and larger, weigh nothing: the fit is the first twenty's.
+  for (std::size_t i = 20; i < obs.size(); ++i) obs[i].weight = 0, obs[i].seconds *= 3, obs[i].peak_bytes *= 3;
+  const auto a = dcp::fit_cost(p, kept), b = dcp::fit_cost(p, obs);
+  EXPECT_EQ(a.coef, b.coef);
+  EXPECT_EQ(a.recompute_ratio, b.recompute_ratio);
+  EXPECT_EQ(a.shape.device.x_half, b.shape.device.x_half);
 }
 
 TEST(fitted_cost, plans_like_any_cost_model) {

@@ -5,12 +5,15 @@
 /// turns them into
 ///   - a `fitted_cost` (the prior refitted, `fit_cost`), on times corrected for slow GPUs;
 ///   - per-GPU speed factors: a GPU whose steps run consistently slower than the fit predicts,
-///     relative to the median GPU, gets speed < 1 (a gang step is charged to the member that
-///     set its time, see `learn_speeds`);
+///     relative to the median GPU, beyond a tolerance and significantly (`speed_confidence`
+///     standard errors), gets speed < 1 (a gang step is charged to the member that set its
+///     time, see `learn_speeds`);
 ///   - a memory margin: the largest relative excess of a measured peak over the fit, never below
 ///     `min_memory_margin` (before any peak is measured: `memory_margin`).
-/// A pure function of the steps in the window, in the order they were added: ranks that add the
-/// same steps in the same order get bit-identical models (the scheduler adds them in plan order).
+/// Recent steps count more: a step's weight halves every `half_life` refits after it was added.
+/// A pure function of the steps in the window, the order they were added and the refits between:
+/// ranks that add the same steps in the same order and refit at the same points get bit-identical
+/// models (the scheduler adds them in plan order and refits at every plan).
 /// The scheduler (`scheduler_options::calibration`) and `dcp-sim --calibrate` use it.
 
 #include <algorithm>
@@ -38,6 +41,16 @@ struct calibration_options {
   std::size_t window = 4096;        ///< most recent executed steps the fit uses
   bool learn_speed = true;          ///< learn per-GPU speed factors (the planner's `speeds`)
   double speed_tolerance = 0.03;    ///< a GPU within this fraction of the median runs at speed 1
+  /// A GPU is slow only if its excess over the median GPU is this many standard errors above
+  /// zero (as well as above the tolerance): noise on a few steps never moves work.
+  double speed_confidence = 3;
+  /// Refits (global batches) after which a step weighs half as much in the fit and the speeds:
+  /// the clock drifts (heat, neighbours), and the latest steps say most about the next. 0: every
+  /// step in the window weighs the same.
+  double half_life = 2;
+  /// Fewer timed steps than this in the window: only a common factor on the prior's time is
+  /// fitted (the form's eight constants need more steps to be determined); 0: always the form.
+  std::size_t full_fit_steps = 16;
 
   /// Throws `dcp::error` naming the option unless every value is in its domain.
   void validate() const {
@@ -53,6 +66,10 @@ struct calibration_options {
     need(window > 0, "window must be positive");
     need(std::isfinite(speed_tolerance) && speed_tolerance >= 0 && speed_tolerance < 1,
          "speed_tolerance = " + std::to_string(speed_tolerance) + " must be in [0, 1)");
+    need(std::isfinite(speed_confidence) && speed_confidence >= 0,
+         "speed_confidence = " + std::to_string(speed_confidence) + " must be finite and not negative");
+    need(std::isfinite(half_life) && half_life >= 0,
+         "half_life = " + std::to_string(half_life) + " must be finite and not negative (0: no decay)");
   }
   friend bool operator==(const calibration_options&, const calibration_options&) = default;
   friend std::ostream& operator<<(std::ostream& os, const calibration_options& o) {
@@ -60,7 +77,8 @@ struct calibration_options {
     if (!o.enabled) return os << "off}";
     return os << "margin=" << o.memory_margin << ", min_margin=" << o.min_memory_margin
               << ", prior_weight=" << o.prior_weight << ", window=" << o.window << ", learn_speed=" << o.learn_speed
-              << ", speed_tolerance=" << o.speed_tolerance << "}";
+              << ", speed_tolerance=" << o.speed_tolerance << ", speed_confidence=" << o.speed_confidence
+              << ", half_life=" << o.half_life << ", full_fit_steps=" << o.full_fit_steps << "}";
   }
 };
 
@@ -118,7 +136,8 @@ class calibrator {
                "; measurements must be finite";
       });
     steps_.push_back(std::move(s));
-    while (steps_.size() > options_.window) steps_.pop_front();
+    added_at_.push_back(refits_);
+    while (steps_.size() > options_.window) steps_.pop_front(), added_at_.pop_front();
   }
 
   /// Refits the model, the speeds and the margin from the window (see the file comment).
@@ -144,7 +163,17 @@ class calibrator {
       }
       if (!any) note("step " + std::to_string(i) + ": no member reported; left out");
     }
-    const fit_options fo{options_.prior_weight, true, true};
+    // Recency: a step added before the last h refits weighs 2^(-h / half_life).
+    std::vector<double> weight(steps_.size(), 1.0);
+    if (options_.half_life > 0)
+      for (std::size_t i = 0; i < steps_.size(); ++i)
+        weight[i] = std::exp2(-double(refits_ - added_at_[i]) / options_.half_life);
+    ++refits_;
+    // Too few timed steps for the form's eight constants: fit one common factor on the prior's time.
+    std::size_t timed = 0;
+    for (std::size_t i = 0; i < steps_.size(); ++i) timed += measured[i] > 0 && weight[i] > 0;
+    const bool full = timed >= options_.full_fit_steps;
+    const fit_options fo{options_.prior_weight, full, true};
     std::vector<double> score(static_cast<std::size_t>(n), 0.0);  // learn_speeds' charging order
     std::vector<step_observation> obs;
     // Fit, learn speeds, refit on the corrected times, three times; then a last fit on the final
@@ -156,10 +185,11 @@ class calibrator {
         const auto& s = steps_[i];
         double slowest = 1;
         for (int r = s.ranks.first; r < s.ranks.end(); ++r) slowest = std::min(slowest, speed[std::size_t(r)]);
-        obs.push_back({s.load, s.ranks.size, s.checkpointed_blocks, measured[i] * slowest, peak[i]});
+        obs.push_back({s.load, s.ranks.size, s.checkpointed_blocks, measured[i] * slowest, peak[i], weight[i]});
       }
       model_ = fit_cost(prior_, obs, fo);
-      if (pass + 1 < passes) speed = learn_speeds(measured, score);
+      if (!full) model_ = scale_time(std::move(model_), obs);
+      if (pass + 1 < passes) speed = learn_speeds(measured, weight, score);
     }
     report_.time_points = std::size_t(model_.residuals.time_points);
     report_.memory_points = std::size_t(model_.residuals.memory_points);
@@ -182,67 +212,130 @@ class calibrator {
   const calibration_report& report() const noexcept { return report_; }
   const calibration_options& options() const noexcept { return options_; }
   std::size_t size() const noexcept { return steps_.size(); }
+  /// The executed steps in the window, oldest first.
+  const std::deque<executed_step>& window() const noexcept { return steps_; }
 
  private:
+  // `c` with its time coefficients times the weighted geometric mean of measured / predicted,
+  // each step weighing its weight times m / (m + m_med) as in the fit.
+  static fitted_cost scale_time(fitted_cost c, const std::vector<step_observation>& obs) {
+    std::vector<double> m;
+    for (const auto& o : obs)
+      if (o.seconds > 0 && o.weight > 0) m.push_back(o.seconds);
+    if (m.empty()) return c;
+    std::nth_element(m.begin(), m.begin() + std::ptrdiff_t(m.size() / 2), m.end());
+    const double typical = m[m.size() / 2];
+    double sw = 0, sum = 0;
+    for (const auto& o : obs) {
+      const double pred = c.time(o.load, o.sp, o.checkpointed_blocks);
+      if (!(o.seconds > 0 && o.weight > 0 && pred > 0)) continue;
+      const double w = o.weight * o.seconds / (o.seconds + typical);
+      sw += w, sum += w * std::log(o.seconds / pred);
+    }
+    if (!(sw > 0)) return c;
+    auto t = c.coef.time_array();
+    for (double& v : t) v *= std::exp(sum / sw);
+    c.coef.set_time(t);
+    c.residuals = residuals_of(c, obs);
+    return c;
+  }
+
   void note(std::string why) {
     if (report_.ignored.size() < 8) report_.ignored.push_back(std::move(why));
   }
 
-  // Per GPU: the median of log(measured / predicted) over the steps charged to it, relative to
-  // the median GPU; slower than tolerance: speed = exp(-that). A gang step lasts as long as its
-  // slowest member, so it is charged to the members that can have set its time: those whose own
-  // report is within the tolerance of the largest, and of these the ones whose `score` (the
-  // previous pass's mean log ratio over each GPU's charged steps) is within the tolerance of the
+  // Per GPU: the weighted median of log(measured / predicted) over the steps charged to it,
+  // relative to the median GPU's; slower than the tolerance and by more than `speed_confidence`
+  // standard errors of the difference (a step's scatter, the root mean square pooled over the
+  // GPUs, over each median's effective number of steps): speed = exp(-that). A step weighs its recency times m / (m +
+  // m_med) (m its measured time, m_med the median's): as in the fit, steps far shorter than a
+  // typical one are mostly noise and barely count. A gang step lasts as long as its slowest
+  // member, so it is charged to the members that can have set its time: those whose own report
+  // is within the tolerance of the largest, and of these the ones whose `score` (the previous
+  // pass's weighted mean log ratio over each GPU's charged steps) is within the tolerance of the
   // largest. A solo step charges its GPU. Members that report their own busy time (thread CPU
-  // time, their own kernels) name the slow one directly, and members as fast as each other
-  // share every gang step. When members report the gang's time (a wall clock that includes
-  // waiting), the first pass charges every member, and the next ones charge the GPUs slow in
-  // clearly more of their steps: a peer that ran enough fast steps elsewhere is cleared. GPUs
-  // that (nearly) only ever ran together cannot be told apart and share the charge. `score` is
-  // updated for the next pass.
-  std::vector<double> learn_speeds(const std::vector<double>& measured, std::vector<double>& score) const {
+  // time, their own kernels) name the slow one directly, and members as fast as each other share
+  // every gang step. When members report the gang's time (a wall clock that includes waiting),
+  // the first pass charges every member, and the next ones charge the GPUs slow in clearly more
+  // of their steps: a peer that ran enough fast steps elsewhere is cleared. GPUs that (nearly)
+  // only ever ran together cannot be told apart and share the charge. `score` is updated for the
+  // next pass.
+  std::vector<double> learn_speeds(const std::vector<double>& measured, const std::vector<double>& recency,
+                                   std::vector<double>& score) const {
     const int n = prior_.gpus();
-    std::vector<std::vector<double>> charged(static_cast<std::size_t>(n));
+    struct charge {
+      double log_ratio, weight;
+    };
+    std::vector<std::vector<charge>> charged(static_cast<std::size_t>(n));
     const double tie = -std::log(1 - options_.speed_tolerance);  // scores this close are equal
+    std::vector<double> positive;
+    for (double m : measured)
+      if (m > 0) positive.push_back(m);
+    if (positive.empty()) return std::vector<double>(static_cast<std::size_t>(n), 1.0);
+    std::nth_element(positive.begin(), positive.begin() + std::ptrdiff_t(positive.size() / 2), positive.end());
+    const double typical = positive[positive.size() / 2];
     for (std::size_t i = 0; i < steps_.size(); ++i) {
       const auto& s = steps_[i];
-      if (!(measured[i] > 0)) continue;
+      if (!(measured[i] > 0) || !(recency[i] > 0)) continue;
       const double pred = model_.time(s.load, s.ranks.size, s.checkpointed_blocks);
       if (!(pred > 0)) continue;
-      const double lr = std::log(measured[i] / pred);
+      const charge c{std::log(measured[i] / pred), recency[i] * measured[i] / (measured[i] + typical)};
       const double floor = measured[i] * (1 - options_.speed_tolerance);
       const auto first = std::size_t(s.ranks.first);
       double top = -std::numeric_limits<double>::infinity();
       for (std::size_t m = 0; m < s.seconds.size(); ++m)
         if (s.seconds[m] >= floor) top = std::max(top, score[first + m]);
       for (std::size_t m = 0; m < s.seconds.size(); ++m)
-        if (s.seconds[m] >= floor && score[first + m] >= top - tie) charged[first + m].push_back(lr);
+        if (s.seconds[m] >= floor && score[first + m] >= top - tie) charged[first + m].push_back(c);
     }
-    for (int r = 0; r < n; ++r) {
-      const auto& v = charged[std::size_t(r)];
+    // Weighted median of `v` (the smallest value whose cumulative weight reaches half).
+    auto weighted_median = [](std::vector<charge> v) {
+      std::sort(v.begin(), v.end(), [](const charge& a, const charge& b) { return a.log_ratio < b.log_ratio; });
+      double total = 0;
+      for (const auto& c : v) total += c.weight;
       double sum = 0;
-      for (double x : v) sum += x;
-      score[std::size_t(r)] = v.empty() ? 0 : sum / double(v.size());
-    }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      const std::size_t m = v.size() / 2;
-      return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+      for (const auto& c : v)
+        if ((sum += c.weight) >= total / 2) return c.log_ratio;
+      return v.back().log_ratio;
     };
     std::vector<double> per(static_cast<std::size_t>(n), std::numeric_limits<double>::quiet_NaN());
+    std::vector<double> n_eff(static_cast<std::size_t>(n), 0.0);
     std::vector<double> known;
+    // How much one step scatters, pooled over the GPUs (the noise is the clock's, not a GPU's):
+    // the weighted mean square distance of each charge from its GPU's median, each GPU's sum of
+    // weights discounted by 1 / n_eff for the median it was measured from (GPUs with 2+ steps).
+    double square_sum = 0, dof = 0;
+    std::size_t repeats = 0;
     for (int r = 0; r < n; ++r) {
       const auto& v = charged[std::size_t(r)];
-      if (v.empty()) continue;
-      per[std::size_t(r)] = median(v);
-      known.push_back(per[std::size_t(r)]);
+      double sw = 0, sw2 = 0, sum = 0;
+      for (const auto& c : v) sw += c.weight, sw2 += c.weight * c.weight, sum += c.weight * c.log_ratio;
+      score[std::size_t(r)] = sw > 0 ? sum / sw : 0;
+      if (v.empty() || !(sw > 0)) continue;
+      const double med = weighted_median(v);
+      per[std::size_t(r)] = med;
+      n_eff[std::size_t(r)] = sw * sw / sw2;
+      known.push_back(med);
+      if (v.size() < 2) continue;
+      for (const auto& c : v) square_sum += c.weight * (c.log_ratio - med) * (c.log_ratio - med);
+      dof += sw * (1 - 1 / n_eff[std::size_t(r)]), repeats += v.size();
     }
     std::vector<double> speed(static_cast<std::size_t>(n), 1.0);
-    if (known.empty()) return speed;
-    const double ref = median(known);
+    if (known.empty() || repeats < 8 || !(dof > 0)) return speed;  // too few repeats to tell noise from speed
+    // A median of n_eff steps has standard error sqrt(pi / 2) sigma / sqrt(n_eff).
+    const double sigma = std::sqrt(square_sum / dof);
+    auto error = [&](int r) { return 1.2533 * sigma / std::sqrt(n_eff[std::size_t(r)]); };
+    // The median GPU; of an even count the faster middle one, so that with two GPUs a slow one is
+    // measured against the other, not against their average (which would halve its slowness).
+    std::sort(known.begin(), known.end());
+    const double ref = known[(known.size() - 1) / 2];
+    double ref_error = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < n; ++r)
+      if (per[std::size_t(r)] == ref) ref_error = std::min(ref_error, error(r));
     for (int r = 0; r < n; ++r) {
       const double d = per[std::size_t(r)] - ref;
-      if (std::isfinite(d) && d > -std::log(1 - options_.speed_tolerance)) speed[std::size_t(r)] = std::max(0.05, std::exp(-d));
+      if (std::isfinite(d) && d > tie && d > options_.speed_confidence * std::hypot(error(r), ref_error))
+        speed[std::size_t(r)] = std::max(0.05, std::exp(-d));
     }
     return speed;
   }
@@ -250,6 +343,8 @@ class calibrator {
   fitted_cost prior_;
   calibration_options options_;
   std::deque<executed_step> steps_;
+  std::deque<std::size_t> added_at_;  // refits_ when each step was added (its age in refits)
+  std::size_t refits_ = 0;
   fitted_cost model_;
   std::vector<double> speeds_;
   calibration_report report_;

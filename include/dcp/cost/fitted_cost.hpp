@@ -356,6 +356,7 @@ struct step_observation {
   int checkpointed_blocks = 0;
   double seconds = 0;     ///< measured time of the step; 0: time not measured
   double peak_bytes = 0;  ///< measured peak memory per GPU; 0: memory not measured
+  double weight = 1;      ///< how much the step counts in the fit (the calibrator favours recent steps)
   friend bool operator==(const step_observation&, const step_observation&) = default;
 };
 
@@ -384,11 +385,11 @@ struct fit_options {
 namespace detail {
 
 // Ridge-to-prior NNLS in relative units: coefficient j = prior_j * u_j, residual of step i
-// (sum_j f_ij prior_j u_j - y_i) / (y_i + y_med), penalty w (u_j - 1)^2, y_med the median
-// measurement: relative error for long steps, absolute error (in units of a typical step) for
-// short ones, so steps a thousand times shorter than the rest, whose time is mostly noise,
-// cannot outvote the steps that make up the makespan. Terms whose prior is 0 or whose feature
-// never appears keep the prior.
+// sqrt(v_i) (sum_j f_ij prior_j u_j - y_i) / (y_i + y_med), v_i the step's weight, penalty
+// w (u_j - 1)^2, y_med the median measurement: relative error for long steps, absolute error
+// (in units of a typical step) for short ones, so steps a thousand times shorter than the rest,
+// whose time is mostly noise, cannot outvote the steps that make up the makespan. Terms whose
+// prior is 0 or whose feature never appears keep the prior.
 template <std::size_t K>
 struct term_fit {
   std::array<double, K> coef{};
@@ -399,12 +400,13 @@ template <std::size_t K, class Features>
 term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_observation> obs, Features&& features,
                       double (*measured)(const step_observation&), double weight) {
   std::vector<std::array<double, K>> rows;
-  std::vector<double> ys;
+  std::vector<double> ys, ws;
   for (const auto& o : obs) {
     const double y = measured(o);
-    if (!(y > 0)) continue;
+    if (!(y > 0) || !(o.weight > 0)) continue;
     rows.push_back(features(o));
     ys.push_back(y);
+    ws.push_back(o.weight);
   }
   if (rows.empty()) return {prior, 0};
   std::array<bool, K> active{};
@@ -426,7 +428,7 @@ term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_o
     double fixed = 0;  // inactive terms at their prior
     for (std::size_t j = 0; j < K; ++j)
       if (!active[j]) fixed += rows[i][j] * prior[j];
-    const double scale = ys[i] + y_med;
+    const double scale = (ys[i] + y_med) / std::sqrt(ws[i]);
     for (std::size_t c = 0; c < n; ++c) a[i * n + c] = rows[i][cols[c]] * prior[cols[c]] / scale;
     b[i] = (ys[i] - fixed) / scale;
   }
@@ -482,6 +484,7 @@ inline void validate(const step_observation& o, const fitted_cost& c, std::size_
   if (!(std::isfinite(o.seconds) && o.seconds >= 0)) bad("seconds = " + std::to_string(o.seconds) + " is negative or not finite");
   if (!(std::isfinite(o.peak_bytes) && o.peak_bytes >= 0))
     bad("peak_bytes = " + std::to_string(o.peak_bytes) + " is negative or not finite");
+  if (!(std::isfinite(o.weight) && o.weight >= 0)) bad("weight = " + std::to_string(o.weight) + " is negative or not finite");
   if (!legal_sp(c, o.sp)) bad("sp = " + std::to_string(o.sp) + " is not a legal sp of this job");
   if (o.checkpointed_blocks < 0 || o.checkpointed_blocks > c.blocks())
     bad("checkpointed_blocks = " + std::to_string(o.checkpointed_blocks) + " is outside [0, " + std::to_string(c.blocks()) + "]");
