@@ -141,7 +141,7 @@ TEST(calibrator, fits_one_factor_until_it_has_enough_steps_for_the_form) {
     }
     c.refit();
   };
-  add(0, 10);  // 10 timed steps, fewer than full_fit_steps (16): the prior's form times one factor
+  add(0, 10);  // 10 timed steps, less than full_fit_steps (16): the prior's form times one factor
   const auto prior_t = p.coef.time_array(), fit_t = c.model().coef.time_array();
   const double factor = fit_t[0] / prior_t[0];
   EXPECT_NE(factor, 1.0);
@@ -150,7 +150,7 @@ TEST(calibrator, fits_one_factor_until_it_has_enough_steps_for_the_form) {
   EXPECT_EQ(c.model().recompute_ratio, p.recompute_ratio);
   // The truth scales each term by its own factor in [0.5, 2]: one factor leaves a visible miss.
   EXPECT_GT(c.model().residuals.time_max, 0.05);
-  add(10, 24);  // 24 steps: the whole form is fitted and reproduces the exact measurements
+  add(10, 24);  // 10 x 2^(-1/2) + 14 = 21 steps' weight (half_life 2): the whole form, fitted
   EXPECT_LT(c.model().residuals.time_max, 0.02);  // the ridge toward the prior keeps about 1%
 }
 

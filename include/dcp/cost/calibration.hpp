@@ -48,8 +48,9 @@ struct calibration_options {
   /// the clock drifts (heat, neighbours), and the latest steps say most about the next. 0: every
   /// step in the window weighs the same.
   double half_life = 2;
-  /// Fewer timed steps than this in the window: only a common factor on the prior's time is
-  /// fitted (the form's eight constants need more steps to be determined); 0: always the form.
+  /// Timed steps in the window weigh less than this many full steps (recency counted): only a
+  /// common factor on the prior's time is fitted (the form's eight constants need more steps to
+  /// be determined); 0: always the form.
   std::size_t full_fit_steps = 16;
 
   /// Throws `dcp::error` naming the option unless every value is in its domain.
@@ -169,10 +170,11 @@ class calibrator {
       for (std::size_t i = 0; i < steps_.size(); ++i)
         weight[i] = std::exp2(-double(refits_ - added_at_[i]) / options_.half_life);
     ++refits_;
-    // Too few timed steps for the form's eight constants: fit one common factor on the prior's time.
-    std::size_t timed = 0;
-    for (std::size_t i = 0; i < steps_.size(); ++i) timed += measured[i] > 0 && weight[i] > 0;
-    const bool full = timed >= options_.full_fit_steps;
+    // Too little weight of timed steps for the form's eight constants: fit one common factor on
+    // the prior's time.
+    double timed = 0;
+    for (std::size_t i = 0; i < steps_.size(); ++i) timed += measured[i] > 0 ? weight[i] : 0;
+    const bool full = timed >= double(options_.full_fit_steps);
     const fit_options fo{options_.prior_weight, full, true};
     std::vector<double> score(static_cast<std::size_t>(n), 0.0);  // learn_speeds' charging order
     std::vector<step_observation> obs;
