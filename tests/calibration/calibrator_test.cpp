@@ -116,7 +116,8 @@ TEST(calibrator, recent_steps_outweigh_old_ones_when_the_clock_drifts) {
     for (std::size_t b = 0; b < 12; ++b) add(before, 20 * b, 20 * b + 20);  // 12 batches on the old clock
     for (std::size_t b = 0; b < 4; ++b) add(after, 20 * b, 20 * b + 20);    // then 4 on the new one
     double sum = 0;
-    for (const auto& o : after) sum += std::log(c.model().time(o.load, o.sp, o.checkpointed_blocks) / p.time(o.load, o.sp, o.checkpointed_blocks));
+    for (const auto& o : after)
+      sum += std::log(c.model().time(o.load, o.sp, o.checkpointed_blocks) / p.time(o.load, o.sp, o.checkpointed_blocks));
     return std::exp(sum / double(after.size()));
   };
   const double flat = ratio_after_drift(0), recent = ratio_after_drift(2);
@@ -145,7 +146,8 @@ TEST(calibrator, fits_one_factor_until_it_has_enough_steps_for_the_form) {
   const auto prior_t = p.coef.time_array(), fit_t = c.model().coef.time_array();
   const double factor = fit_t[0] / prior_t[0];
   EXPECT_NE(factor, 1.0);
-  for (std::size_t j = 0; j < prior_t.size(); ++j) EXPECT_NEAR(fit_t[j], prior_t[j] * factor, 1e-12 * fit_t[j]) << "term " << j;
+  for (std::size_t j = 0; j < prior_t.size(); ++j)
+    EXPECT_NEAR(fit_t[j], prior_t[j] * factor, 1e-12 * fit_t[j]) << "term " << j;
   EXPECT_EQ(c.model().shape.device.x_half, p.shape.device.x_half);
   EXPECT_EQ(c.model().recompute_ratio, p.recompute_ratio);
   // The truth scales each term by its own factor in [0.5, 2]: one factor leaves a visible miss.

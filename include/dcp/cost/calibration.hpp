@@ -249,9 +249,9 @@ class calibrator {
   // Per GPU: the weighted median of log(measured / predicted) over the steps charged to it,
   // relative to the median GPU's; slower than the tolerance and by more than `speed_confidence`
   // standard errors of the difference (a step's scatter, the root mean square pooled over the
-  // GPUs, over each median's effective number of steps): speed = exp(-that). A step weighs its recency times m / (m +
-  // m_med) (m its measured time, m_med the median's): as in the fit, steps far shorter than a
-  // typical one are mostly noise and barely count. A gang step lasts as long as its slowest
+  // GPUs, over each median's effective number of steps): speed = exp(-that). A step weighs its
+  // recency times m / (m + m_med) (m its measured time, m_med the median's): as in the fit,
+  // steps far shorter than a typical one are mostly noise and barely count. A gang step lasts as long as its slowest
   // member, so it is charged to the members that can have set its time: those whose own report
   // is within the tolerance of the largest, and of these the ones whose `score` (the previous
   // pass's weighted mean log ratio over each GPU's charged steps) is within the tolerance of the
@@ -305,7 +305,7 @@ class calibrator {
     std::vector<double> known;
     // How much one step scatters, pooled over the GPUs (the noise is the clock's, not a GPU's):
     // the weighted mean square distance of each charge from its GPU's median, each GPU's sum of
-    // weights discounted by 1 / n_eff for the median it was measured from (GPUs with 2+ steps).
+    // weights taken times (1 - 1 / n_eff) for the median it was measured from (GPUs with 2+ steps).
     double square_sum = 0, dof = 0;
     std::size_t repeats = 0;
     for (int r = 0; r < n; ++r) {
