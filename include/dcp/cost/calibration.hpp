@@ -306,8 +306,7 @@ class calibrator {
     // How much one step scatters, pooled over the GPUs (the noise is the clock's, not a GPU's):
     // the weighted mean square distance of each charge from its GPU's median, each GPU's sum of
     // weights taken times (1 - 1 / n_eff) for the median it was measured from (GPUs with 2+ steps).
-    double square_sum = 0, dof = 0;
-    std::size_t repeats = 0;
+    double square_sum = 0, dof = 0, repeats = 0;
     for (int r = 0; r < n; ++r) {
       const auto& v = charged[std::size_t(r)];
       double sw = 0, sw2 = 0, sum = 0;
@@ -320,10 +319,12 @@ class calibrator {
       known.push_back(med);
       if (v.size() < 2) continue;
       for (const auto& c : v) square_sum += c.weight * (c.log_ratio - med) * (c.log_ratio - med);
-      dof += sw * (1 - 1 / n_eff[std::size_t(r)]), repeats += v.size();
+      dof += sw * (1 - 1 / n_eff[std::size_t(r)]), repeats += n_eff[std::size_t(r)] - 1;
     }
     std::vector<double> speed(static_cast<std::size_t>(n), 1.0);
-    if (known.empty() || repeats < 8 || !(dof > 0)) return speed;  // too few repeats to tell noise from speed
+    // Fewer than 8 effective repeats (recency and size weights counted): noise cannot be told
+    // from speed, and no GPU is slow.
+    if (known.empty() || repeats < 8 || !(dof > 0)) return speed;
     // A median of n_eff steps has standard error sqrt(pi / 2) sigma / sqrt(n_eff).
     const double sigma = std::sqrt(square_sum / dof);
     auto error = [&](int r) { return 1.2533 * sigma / std::sqrt(n_eff[std::size_t(r)]); };
