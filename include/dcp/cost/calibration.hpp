@@ -225,8 +225,7 @@ class calibrator {
     for (const auto& o : obs)
       if (o.seconds > 0 && o.weight > 0) m.push_back(o.seconds);
     if (m.empty()) return c;
-    std::nth_element(m.begin(), m.begin() + std::ptrdiff_t(m.size() / 2), m.end());
-    const double typical = m[m.size() / 2];
+    const double typical = detail::typical_step(std::move(m));
     double sw = 0, sum = 0;
     for (const auto& o : obs) {
       const double pred = c.time(o.load, o.sp, o.checkpointed_blocks);
@@ -248,20 +247,20 @@ class calibrator {
 
   // Per GPU: the weighted median of log(measured / predicted) over the steps charged to it,
   // relative to the median GPU's; slower than the tolerance and by more than `speed_confidence`
-  // standard errors of the difference (a step's scatter, the root mean square pooled over the
-  // GPUs, over each median's effective number of steps): speed = exp(-that). A step weighs its
-  // recency times m / (m + m_med) (m its measured time, m_med the median's): as in the fit,
-  // steps far shorter than a typical one are mostly noise and barely count. A gang step lasts as long as its slowest
-  // member, so it is charged to the members that can have set its time: those whose own report
-  // is within the tolerance of the largest, and of these the ones whose `score` (the previous
-  // pass's weighted mean log ratio over each GPU's charged steps) is within the tolerance of the
-  // largest. A solo step charges its GPU. Members that report their own busy time (thread CPU
-  // time, their own kernels) name the slow one directly, and members as fast as each other share
-  // every gang step. When members report the gang's time (a wall clock that includes waiting),
-  // the first pass charges every member, and the next ones charge the GPUs slow in clearly more
-  // of their steps: a peer that ran enough fast steps elsewhere is cleared. GPUs that (nearly)
-  // only ever ran together cannot be told apart and share the charge. `score` is updated for the
-  // next pass.
+  // standard errors of the difference (a step's scatter, the root mean square pooled over the GPUs,
+  // over each median's effective number of steps): speed = exp(-that). A step weighs its recency
+  // times m / (m + m_med) (m its measured time, m_med the median's): as in the fit, steps far
+  // shorter than a typical one are mostly noise and barely count. A gang step lasts as long as its
+  // slowest member, so it is charged to the members that can have set its time: those whose own
+  // report is within the tolerance of the largest, and of these the ones whose `score` (the
+  // previous pass's weighted mean log ratio over each GPU's charged steps) is within the tolerance
+  // of the largest. A solo step charges its GPU. Members that report their own busy time (thread
+  // CPU time, their own kernels) name the slow one directly, and members as fast as each other
+  // share every gang step. When members report the gang's time (a wall clock that includes
+  // waiting), the first pass charges every member, and the next ones charge the GPUs slow in
+  // clearly more of their steps: a peer that ran enough fast steps elsewhere is cleared. GPUs that
+  // (nearly) only ever ran together cannot be told apart and share the charge. `score` is updated
+  // for the next pass.
   std::vector<double> learn_speeds(const std::vector<double>& measured, const std::vector<double>& recency,
                                    std::vector<double>& score) const {
     const int n = prior_.gpus();
@@ -274,8 +273,7 @@ class calibrator {
     for (double m : measured)
       if (m > 0) positive.push_back(m);
     if (positive.empty()) return std::vector<double>(static_cast<std::size_t>(n), 1.0);
-    std::nth_element(positive.begin(), positive.begin() + std::ptrdiff_t(positive.size() / 2), positive.end());
-    const double typical = positive[positive.size() / 2];
+    const double typical = detail::typical_step(std::move(positive));
     for (std::size_t i = 0; i < steps_.size(); ++i) {
       const auto& s = steps_[i];
       if (!(measured[i] > 0) || !(recency[i] > 0)) continue;

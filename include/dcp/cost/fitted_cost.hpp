@@ -384,6 +384,15 @@ struct fit_options {
 
 namespace detail {
 
+// m_med, the typical step the fit (and the calibrator) weighs each step against: the median of
+// `values`, the upper middle one of an even count; 0 when there is none.
+inline double typical_step(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), mid, values.end());
+  return *mid;
+}
+
 // Ridge-to-prior NNLS in relative units: coefficient j = prior_j * u_j, residual of step i
 // sqrt(v_i) (sum_j f_ij prior_j u_j - y_i) / (y_i + y_med), v_i the step's weight, penalty
 // w (u_j - 1)^2, y_med the median measurement: relative error for long steps, absolute error
@@ -416,9 +425,7 @@ term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_o
     n += active[j];
   }
   if (n == 0) return {prior, 0};
-  std::vector<double> sorted = ys;
-  std::sort(sorted.begin(), sorted.end());
-  const double y_med = sorted[sorted.size() / 2];
+  const double y_med = typical_step(ys);
   std::vector<std::size_t> cols;
   for (std::size_t j = 0; j < K; ++j)
     if (active[j]) cols.push_back(j);
