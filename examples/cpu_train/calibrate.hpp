@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <dcp/cost/analytic.hpp>
+#include <dcp/cost/fit.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/cost/profiled_cost.hpp>
 #include <dcp/plan/dcp_planner.hpp>

@@ -22,7 +22,10 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/cost/cost_sum.hpp>
 #include <dcp/cost/device.hpp>
+#include <dcp/cost/fit.hpp>
+#include <dcp/cost/fit_json.hpp>
 #include <dcp/cost/fitted_cost.hpp>
+#include <dcp/cost/nnls.hpp>
 #include <dcp/cost/profiled_cost.hpp>
 #include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>

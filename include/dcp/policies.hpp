@@ -106,6 +106,13 @@ template <class S, class P> struct override_of<use<S, P>> {
       requirement<P>, "dcp::policies: slot '" slot_name "' needs a model of dcp::" concept_name               \
                       "; first unmet requirement: " #requirement " (" members "). Fix: put this policy in the " \
                       "slot its concept names, or complete its interface.");
+// The last link: a policy that meets every listed requirement but not the concept means the
+// concept gained a requirement its chain does not list; that is an error, never the defaults.
+#define DCP_ALL_LISTED_(slot_name, concept_name, concept)                                                       \
+  else if constexpr (!concept<P>) static_assert(                                                               \
+      concept<P>, "dcp::policies: slot '" slot_name "': the policy meets every requirement the diagnosis lists " \
+                  "but does not model dcp::" concept_name "; add the concept's new requirement to its chain in "   \
+                  "dcp/policies.hpp");
 
 template <class P>
 constexpr bool diagnose(slot::cost) {
@@ -116,6 +123,7 @@ constexpr bool diagnose(slot::cost) {
   DCP_FIRST_UNMET_("cost", "cost_model", cost_model_reads_sequences, "load_of(seq) -> load_type, tokens_of(seq)")
   DCP_FIRST_UNMET_("cost", "cost_model", cost_model_prices_steps, "time, memory, work_floor of (load, sp, k)")
   DCP_FIRST_UNMET_("cost", "cost_model", cost_model_describes_job, "capacity, blocks, gpus, gpus_per_node, heads")
+  DCP_ALL_LISTED_("cost", "cost_model", cost_model)
   return cost_model<P>;
 }
 template <class P>
@@ -125,6 +133,7 @@ constexpr bool diagnose(slot::bucketing) {
   DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_opts_in, "`using policy_concept = dcp::bucketing_tag;`")
   DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_regular, "copyable, default-constructible, ==")
   DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_maps_lengths, "bucket_count, bucket_of, representative")
+  DCP_ALL_LISTED_("bucketing", "bucketing", dcp::bucketing)
   return dcp::bucketing<P>;
 }
 template <class P>
@@ -136,6 +145,7 @@ constexpr bool diagnose(slot::groups) {
   DCP_FIRST_UNMET_("groups", "group_manager", group_manager_lays_out_blocks,
                    "gpus, gpus_per_node, block_count, block, block_of")
   DCP_FIRST_UNMET_("groups", "group_manager", group_manager_validates, "validate()")
+  DCP_ALL_LISTED_("groups", "group_manager", group_manager)
   return group_manager<P>;
 }
 template <class P>
@@ -147,6 +157,7 @@ constexpr bool diagnose(slot::recompute) {
   DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_regular, "copyable, default-constructible, ==")
   DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_chooses,
                    "choose(cost, load, sp) -> std::optional<int> for any cost model")
+  DCP_ALL_LISTED_("recompute", "recompute_policy", recompute_policy)
   return recompute_policy<P>;
 }
 template <class P>
@@ -159,9 +170,11 @@ constexpr bool diagnose(slot::planner) {
   DCP_FIRST_UNMET_("planner", "planner", planner_plans,
                    "plan(ctx, batch) -> dcp::plan for a dcp::planning_context of any cost model, recompute policy "
                    "and group manager")
+  DCP_ALL_LISTED_("planner", "planner", dcp::planner)
   return dcp::planner<P>;
 }
 #undef DCP_FIRST_UNMET_
+#undef DCP_ALL_LISTED_
 
 template <class O>
 constexpr bool check_override() {

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <dcp/cost/calibration.hpp>
+#include <dcp/cost/fit.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/scheduler.hpp>
 #include <dcp/sequence.hpp>

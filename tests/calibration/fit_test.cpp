@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <dcp/cost/fit.hpp>
+#include <dcp/cost/fit_json.hpp>
 #include <dcp/cost/fitted_cost.hpp>
+#include <dcp/cost/nnls.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
@@ -201,7 +204,7 @@ TEST(fitted_cost, bad_observations_are_rejected_by_name) {
   EXPECT_DCP_ERROR(
       (void)dcp::fit_cost(p, with([](auto& x) { x.peak_bytes = std::numeric_limits<double>::infinity(); })), bad,
       "peak_bytes");
-  EXPECT_DCP_ERROR((void)dcp::fit_cost(p, with([](auto& x) { x.sp = 3; })), bad, "sp = 3");
+  EXPECT_DCP_ERROR((void)dcp::fit_cost(p, with([](auto& x) { x.sp = 7; })), bad, "sp = 7");
   EXPECT_DCP_ERROR((void)dcp::fit_cost(p, with([](auto& x) { x.checkpointed_blocks = 99; })), bad,
                    "checkpointed_blocks");
   EXPECT_DCP_ERROR((void)dcp::fit_cost(p, o, {-1, true, true}), bad, "prior_weight");

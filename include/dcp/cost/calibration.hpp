@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include <dcp/cost/fit.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/group_concepts.hpp>

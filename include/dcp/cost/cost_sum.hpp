@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// `cost_sum<Trained>`: one training step that also runs frozen networks forward (DESIGN
-/// section 4.2). Video DiT training encodes each clip's prompt with a text encoder (T5-XXL) and
+/// section 9.4). Video DiT training encodes each clip's prompt with a text encoder (T5-XXL) and
 /// its pixels with a 3D VAE encoder in the same step as the trained model; both are frozen
 /// (forward only, no gradients, no optimizer state).
 ///

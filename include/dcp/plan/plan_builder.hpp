@@ -64,7 +64,6 @@ class plan_builder {
     for (int r = b.first; r < b.end(); ++r) t = std::max(t, free_[static_cast<std::size_t>(r)]);
     return t;
   }
-  double free_at(int rank) const noexcept { return free_[static_cast<std::size_t>(rank)]; }
   /// The speed factor of `b` (its slowest member; 1 without factors).
   double speed_of(rank_block b) const noexcept { return block_speed(plan_.speeds, b); }
   double speed_of(int rank) const noexcept { return speed_of(rank_block{rank, 1}); }

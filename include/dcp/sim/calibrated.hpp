@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The `dcp-calibrated` method of `dcp-sim --calibrate` (DESIGN section 4.1): every global batch
+/// The `dcp-calibrated` method of `dcp-sim --calibrate` (DESIGN section 9.3): every global batch
 /// is planned by the dcp planner on the model a `calibrator` refitted from the steps of all
 /// earlier batches as they ran on the truth (their true times and memory), with the per-GPU
 /// speeds it learned; the first batch plans on the prior (the planner's analytic model) with the
@@ -18,6 +18,7 @@
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/calibration.hpp>
+#include <dcp/cost/fit.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/dcp_planner.hpp>
