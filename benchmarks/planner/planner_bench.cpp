@@ -12,6 +12,10 @@
 // target: within 2x of dcp_planner/text at (1024, 16384). Counter ring_steps: steps on a ring.
 // Under zero3 (llama3-70b tp 8 on text-longtail, wan2.1-14b on cogvideox-zipf10) every step lasts
 // at least the weight gather and the planner also dissolves short steps (DESIGN 3.4).
+// plan_latency_groups: dcp at (1024, 16384) on contiguous_groups with every size (`any`) against
+// the same manager's powers of two (`buddy`: buddy_groups' blocks), for models whose heads allow
+// other sizes (cogvideox-5b: 48, wan2.1-14b: 40); target: any within 1.5x of buddy. Counter
+// other_sizes: steps on a size that is not a power of two.
 
 #include <benchmark/benchmark.h>
 
@@ -23,10 +27,13 @@
 #include <vector>
 
 #include <dcp/cost/analytic.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/planning_context.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/workload/embedded.hpp>
 
 namespace {
@@ -96,6 +103,28 @@ void plan_latency_layout(benchmark::State& state, const char* model, int tp, int
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch.size()));
 }
 
+void plan_latency_groups(benchmark::State& state, const char* model, dcp::group_sizes sizes) {
+  const int gpus = static_cast<int>(state.range(0));
+  const auto& batch = batch_of("cogvideox-zipf10", state.range(1));
+  const auto cost = dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus);
+  const dcp::planning_context ctx{cost, dcp::selective_recompute{},
+                                  dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}};
+  dcp::plan p;
+  for (auto _ : state) {
+    p = dcp::dcp_planner{}.plan(ctx, std::span<const dcp::sequence>(batch));
+    benchmark::DoNotOptimize(p);
+  }
+  double other = 0;
+  for (const auto& st : p.steps) other += (st.sp() & (st.sp() - 1)) != 0;
+  state.counters["gpus"] = gpus;
+  state.counters["sequences"] = static_cast<double>(batch.size());
+  state.counters["efficiency"] = p.efficiency();
+  state.counters["makespan_s"] = p.makespan_s;
+  state.counters["steps"] = static_cast<double>(p.steps.size());
+  state.counters["other_sizes"] = other;
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch.size()));
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   b->Args({32, 512})->Args({256, 4096})->Args({1024, 16384})->Args({8192, 131072});
   b->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
@@ -126,3 +155,11 @@ BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8_zero3, "llama3-70b", 8, 1,
 BENCHMARK_CAPTURE(plan_latency_layout, wan2_1_14b_zero3, "wan2.1-14b", 1, 1, dcp::sharding_kind::zero3,
                   "cogvideox-zipf10")
     ->Args({64, 11000})->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_groups, cogvideox_5b_buddy, "cogvideox-5b", dcp::group_sizes::powers_of_two)
+    ->Args({48, 3000})->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_groups, cogvideox_5b_any, "cogvideox-5b", dcp::group_sizes::any)
+    ->Args({48, 3000})->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_groups, wan2_1_14b_buddy, "wan2.1-14b", dcp::group_sizes::powers_of_two)
+    ->Args({64, 3000})->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_groups, wan2_1_14b_any, "wan2.1-14b", dcp::group_sizes::any)
+    ->Args({64, 3000})->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);

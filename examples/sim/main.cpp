@@ -39,6 +39,7 @@
 #include <dcp/error.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/tuning.hpp>
 #include <dcp/profile/profile_json.hpp>
@@ -69,6 +70,7 @@ struct cli_options {
   int gpus = 32;
   int gpus_per_node = 8;
   std::string device = "h200";
+  std::string groups = "any";
   std::string methods = "dcp,dcp-no-inter,dcp-no-intra,bucket,packed,dynamic_cp";
   bool methods_given = false;
   std::int64_t global_batch_tokens = 0;
@@ -136,14 +138,17 @@ struct method_runs {
 };
 
 template <class Cost, class T>
-method_runs run_methods(const std::vector<std::string>& methods, const Cost& cost, const dcp::dataset& data,
+method_runs run_methods(const std::vector<std::string>& methods, const Cost& cost, dcp::group_sizes sizes,
+                        const dcp::dataset& data,
                         const std::vector<std::vector<dcp::sequence>>& batches,
                         const dcp::sim::method_settings& settings, const dcp::sim::options& base,
                         bool keep_first, bool keep_all, const dcp::sim::truth<T>* truth) {
   method_runs out;
   // Every method plans in the job's context: its cost model, selective recompute (the baselines
-  // checkpoint every block regardless) and the job's GPU groups.
-  const dcp::planning_context ctx{cost, dcp::selective_recompute{}, dcp::default_groups(cost)};
+  // checkpoint every block regardless) and the job's GPU groups (--groups: every size, or powers
+  // of two, which are buddy_groups' blocks).
+  const dcp::planning_context ctx{cost, dcp::selective_recompute{},
+                                  dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}};
   for (std::size_t i = 0; i < methods.size(); ++i) {
     dcp::sim::options opt = base;
     opt.keep_plans = keep_all || (i == 0 && keep_first);
@@ -167,10 +172,12 @@ method_runs run_methods(const std::vector<std::string>& methods, const Cost& cos
 // out-of-memory steps after the first batch.
 template <class T>
 void add_calibrated(method_runs& runs, const std::vector<std::string>& methods, const dcp::analytic_cost& cost,
-                    const std::vector<std::vector<dcp::sequence>>& batches, const dcp::sim::truth<T>& truth,
+                    dcp::group_sizes sizes, const std::vector<std::vector<dcp::sequence>>& batches, const dcp::sim::truth<T>& truth,
                     const dcp::sim::method_settings& settings, dcp::sim::options opt, nlohmann::json& summary) {
   opt.keep_plans = true;
-  auto r = dcp::sim::simulate_calibrated(cost, std::span<const std::vector<dcp::sequence>>(batches), truth, settings,
+  const dcp::planning_context ctx{cost, dcp::selective_recompute{},
+                                  dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}};
+  auto r = dcp::sim::simulate_calibrated(ctx, std::span<const std::vector<dcp::sequence>>(batches), truth, settings,
                                          {}, opt);
   runs.rows.push_back(r.metrics);
   runs.plans.push_back(std::move(r.plans));
@@ -240,6 +247,8 @@ int run(const cli_options& o) {
            "; drop one of them";
   });
   const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding), o.ring});
+  const dcp::group_sizes sizes = dcp::group_sizes_of(o.groups);
+  dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}.validate();
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
   dcp::check(cost.is_classic() || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
     return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding, --ring and "
@@ -257,6 +266,7 @@ int run(const cli_options& o) {
                                      static_cast<std::int64_t>(data.size()), 0,
                                      static_cast<std::int64_t>(batches.size())};
   for (const auto& s : data) header.tokens += cost.tokens_of(s);
+  header.groups = sizes == dcp::group_sizes::any ? "any" : "buddy";
 
   const bool views = !o.trace_out.empty() || !o.svg_out.empty();
   dcp::check(!o.calibrate || with_truth, dcp::errc::invalid_argument, [] {
@@ -299,9 +309,9 @@ int run(const cli_options& o) {
       const auto truth = dcp::sim::make_truth(on_truth(std::move(profiled), dcp::cost_scales{}), spec, truth_seed);
       header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
       header.truth_seed = truth_seed;
-      runs = run_methods(methods, pcost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+      runs = run_methods(methods, pcost, sizes, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
       if constexpr (plain)
-        if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
+        if (o.calibrate) add_calibrated(runs, methods, cost, sizes, batches, truth, settings, opt, calibration);
       add_replays(&truth);
     } else if (o.truth) {
       const auto scaled = dcp::sim::make_truth(spec, cost, truth_seed);
@@ -311,13 +321,13 @@ int run(const cli_options& o) {
       truth.validate();
       header.truth = o.truth->empty() ? std::string("(the model itself)") : *o.truth;
       header.truth_seed = truth_seed;
-      runs = run_methods(methods, pcost, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+      runs = run_methods(methods, pcost, sizes, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
       if constexpr (plain)
-        if (o.calibrate) add_calibrated(runs, methods, cost, batches, truth, settings, opt, calibration);
+        if (o.calibrate) add_calibrated(runs, methods, cost, sizes, batches, truth, settings, opt, calibration);
       add_replays(&truth);
     } else {
       using none = dcp::sim::truth<std::decay_t<decltype(pcost)>>;
-      runs = run_methods(methods, pcost, data, batches, settings, opt, keep_first, views, static_cast<const none*>(nullptr));
+      runs = run_methods(methods, pcost, sizes, data, batches, settings, opt, keep_first, views, static_cast<const none*>(nullptr));
       add_replays(static_cast<const none*>(nullptr));
     }
   };
@@ -386,6 +396,10 @@ int main(int argc, char** argv) {
   app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")->capture_default_str();
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node G")->capture_default_str();
   app.add_option("--device", o.device, "device preset: h200 or h100")->capture_default_str();
+  app.add_option("--groups", o.groups, "GPU groups a plan may use: any (every size inside a node or of whole nodes, "
+                                       "e.g. 5 or 40 GPUs for 40 heads) or buddy (powers of two; dynamic_cp always "
+                                       "rounds to those, as Megatron-Core does)")
+      ->capture_default_str();
   auto* methods = app.add_option("--methods", o.methods, "comma-separated methods: dcp, dcp-no-inter, dcp-no-intra, "
                                          "dcp-no-inter-no-intra, bucket, packed, dynamic_cp; oracle with a truth")
       ->capture_default_str();

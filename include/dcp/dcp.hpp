@@ -30,6 +30,7 @@
 #include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/check_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>

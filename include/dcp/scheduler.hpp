@@ -18,8 +18,9 @@
 /// The plan is a pure function of the batch, the model, the options and the policies, so every
 /// rank computes it alone; `verify` checks they agree before any step runs. Each micro-step
 /// carries its group's communicator (created once per block size and cached), its checkpointed
-/// blocks and the loss weight of each sequence: scale each sequence's summed token loss by its
-/// weight, do not average per rank, and the all-reduced SUM of gradients is exactly the
+/// blocks and the loss weight of each sequence: scale each sequence's mean token loss by its
+/// weight (each token's loss by weight / tokens), sum over the step's sequences, do not average
+/// per rank, and the all-reduced SUM of gradients is exactly the
 /// full-batch gradient whatever the plan. With a tensor-parallel cost model (tp > 1) plans name
 /// TP groups; each step's `ulysses_comm()` / `ring_comm()` hold this TP rank's GPUs of its units,
 /// and `tp_group()`, `ep_group()`, `data_parallel_group()` (reduce dense gradients over it instead
@@ -43,6 +44,7 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
@@ -64,7 +66,7 @@ struct scheduler_options {
   std::optional<infeasible_policy> on_infeasible;
   std::int64_t global_batch_tokens = 0;  ///< sampler budget; 0: 262144 * N
   std::uint64_t seed = 0;                ///< sampler shuffle seed (same on every rank)
-  /// Online calibration: `observe` measured steps, and `plan` refits and replans (DESIGN 4.1).
+  /// Online calibration: `observe` measured steps, and `plan` refits and replans (DESIGN 9.2).
   calibration_options calibration;
 
   friend bool operator==(const scheduler_options&, const scheduler_options&) = default;
@@ -464,12 +466,16 @@ class scheduler {
 
   // The bundle's group manager, which places every step and whose blocks get the communicators:
   // a user's value as given, checked against the job (units: TP groups when tp > 1; group_cache
-  // then checks the group_manager laws); a default-constructed buddy_groups is filled from the
-  // cost model's units, which come from the world and the device.
+  // then checks the group_manager laws); a default-constructed buddy_groups or
+  // contiguous_groups (any sizes) is filled from the cost model's units, which come from the world
+  // and the device; a contiguous_groups that only sets `sizes` keeps them.
   groups_type make_groups() const {
     groups_type g = policies_.groups;
     if constexpr (std::is_same_v<groups_type, buddy_groups>)
       if (g == buddy_groups{}) g = default_groups(cost_);
+    if constexpr (std::is_same_v<groups_type, contiguous_groups>)
+      if (g.world == contiguous_groups{}.world && g.node_size == contiguous_groups{}.node_size)
+        g = contiguous_groups{cost_.gpus(), cost_.gpus_per_node(), g.sizes};
     check(g.gpus() == cost_.gpus() && g.gpus_per_node() == cost_.gpus_per_node(), errc::invalid_argument, [&] {
       std::ostringstream os;
       os << "scheduler: the groups slot holds " << g << ", laying out " << g.gpus() << " units, " << g.gpus_per_node()

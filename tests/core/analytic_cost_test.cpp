@@ -6,6 +6,7 @@
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/plan/sequence_options.hpp>
 
 #include <gtest/gtest.h>
 
@@ -268,7 +269,7 @@ TEST(AnalyticCost, InvalidModelOrDeviceIsAnError) {
   EXPECT_THROW((void)dcp::make_analytic_cost(dcp::models::cogvideox_5b(), d, 8), dcp::error);
 }
 
-TEST(AnalyticCost, LegalSpIsPowerOfTwoDividingHeadsWithinN) {
+TEST(AnalyticCost, LegalSpDividesHeadsWithinN) {
   auto m = dcp::models::cogvideox_5b();
   m.heads = 12;  // 3072 / 12 = 256: a valid model whose heads 8 and 16 do not divide
   const dcp::analytic_cost c{m, dcp::devices::h200(), 64};
@@ -277,8 +278,12 @@ TEST(AnalyticCost, LegalSpIsPowerOfTwoDividingHeadsWithinN) {
   EXPECT_TRUE(dcp::legal_sp(c, 4));
   EXPECT_FALSE(dcp::legal_sp(c, 8));   // 12 % 8 != 0
   EXPECT_FALSE(dcp::legal_sp(c, 16));  // 12 % 16 != 0
-  EXPECT_FALSE(dcp::legal_sp(c, 3));   // divides 12 but is not a power of two
-  EXPECT_FALSE(dcp::legal_sp(c, 6));
+  EXPECT_TRUE(dcp::legal_sp(c, 3));    // divides 12: legal, though buddy blocks do not offer it
+  EXPECT_TRUE(dcp::legal_sp(c, 6));
+  EXPECT_TRUE(dcp::legal_sp(c, 12));
+  EXPECT_FALSE(dcp::legal_sp(c, 5));   // gcd(5, 12) = 1: a ring of 5, and no rings here
+  EXPECT_FALSE(dcp::legal_sp(c, 24));  // a ring of 2
+  EXPECT_EQ(dcp::default_sp_sizes(c), (std::vector<int>{1, 2, 4}));
   EXPECT_FALSE(dcp::legal_sp(c, 0));
   EXPECT_FALSE(dcp::legal_sp(c, -2));
   // stdit3-xl has 16 heads: sp 32 is illegal even on 64 GPUs; and sp never exceeds N.

@@ -54,6 +54,7 @@ struct setup {
 /// What the plans of a run exercised.
 struct coverage {
   int max_sp = 1;
+  bool other_size = false;  // a step on a group whose size is not a power of two
   int max_ring = 1;  // largest Ulysses x Ring ring of a step
   std::size_t max_sequences_per_step = 0;
   int max_checkpointed = 0;
@@ -84,6 +85,7 @@ run_result<T> run_planned(Comm& world, const setup& s, Policies policies, recomp
     std::vector<std::size_t> per_rank(size_t(world.size()), 0);
     for (const auto& st : sum.plan.steps) {
       r.cov.max_sp = std::max(r.cov.max_sp, st.sp());
+      if ((st.sp() & (st.sp() - 1)) != 0) r.cov.other_size = true;
       r.cov.max_ring = std::max(r.cov.max_ring, st.ring);
       r.cov.max_sequences_per_step = std::max(r.cov.max_sequences_per_step, st.sequences.size());
       if (mode == recompute_mode::plan) r.cov.max_checkpointed = std::max(r.cov.max_checkpointed, st.checkpointed_blocks);

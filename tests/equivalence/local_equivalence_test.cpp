@@ -163,6 +163,30 @@ TEST_P(equivalence_test, float_matches_to_1e5) {
 INSTANTIATE_TEST_SUITE_P(ranks, equivalence_test, ::testing::Values(1, 2, 4, 8),
                          [](const auto& param_info) { return "R" + std::to_string(param_info.param); });
 
+// Groups of any size: 6 heads on 6 local ranks with contiguous_groups in the bundle, sequences
+// too long for one rank. The dcp and packed plans run groups of 3 or 6 (asserted) and still give
+// the full-batch parameters and losses.
+TEST(equivalence_any_size, groups_of_three_and_six_match_full_batch) {
+  constexpr int R = 6;
+  setup s;
+  s.model.heads = 6;
+  s.model.hidden = 12;
+  s.data.max_len = 200;
+  s.model.max_len = 256;
+  const auto ref = run_reference<double>(s, R);
+  using bundle = dcp::policies<dcp::contiguous_groups>;
+  const auto got = run_local<double>(R, s, bundle{}, recompute_mode::plan);
+  expect_equal(got, ref, double_tolerance, "dcp-any R=6");
+  EXPECT_TRUE(got.cov.other_size) << "no step on a group of 3 or 6 ranks";
+  EXPECT_TRUE(got.cov.uneven_shards) << "no uneven token shards";
+  using packed_bundle = dcp::policies<dcp::contiguous_groups, dcp::packed_planner>;
+  packed_bundle pb;
+  pb.planner = dcp::packed_planner{.sp = 3};
+  const auto p3 = run_local<double>(R, s, pb, recompute_mode::plan);
+  expect_equal(p3, ref, double_tolerance, "packed-sp3 R=6");
+  EXPECT_TRUE(p3.cov.other_size);
+}
+
 // The gradient itself is right: the loss change of a small step along the gradient matches it
 // (central differences on a few coordinates of every tensor kind).
 TEST(gradient, matches_finite_differences) {

@@ -53,7 +53,7 @@ struct node_interleaved_groups {
     dcp::buddy_groups{world, node_size}.validate();
     dcp::check(world % node_size == 0, dcp::errc::invalid_argument, [] { return std::string("whole nodes only"); });
   }
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= world ? world / sp : 0; }
+  int block_count(int sp) const noexcept { return sp > 0 && sp <= world && (sp & (sp - 1)) == 0 ? world / sp : 0; }
   dcp::rank_block block(int sp, int i) const noexcept {
     if (sp > node_size) return {i * sp, sp};
     const int nodes = world / node_size;
@@ -77,7 +77,7 @@ struct sliding_groups {
   int gpus() const noexcept { return world; }
   int gpus_per_node() const noexcept { return node_size; }
   void validate() const {}
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= world ? world / sp : 0; }
+  int block_count(int sp) const noexcept { return sp > 0 && sp <= world && (sp & (sp - 1)) == 0 ? world / sp : 0; }
   dcp::rank_block block(int sp, int i) const noexcept {
     return sp == 2 ? dcp::rank_block{i, 2} : dcp::rank_block{i * sp, sp};
   }

@@ -131,7 +131,8 @@ TEST(LowerBounds, JointIsBetweenSimpleAndEveryPlannersMakespan) {
     check(no_inter);
     check(no_intra);
     check(dcp::dynamic_cp_planner{});
-    const int widest = dcp::legal_sp_sizes(c).back();
+    // The widest size buddy blocks offer (the planners here plan on them).
+    const int widest = dcp::planning_context{c, dcp::selective_recompute{}, dcp::default_groups(c)}.sp_sizes().back();
     for (int sp : {1, widest}) {
       dcp::packed_planner packed;
       packed.sp = sp;

@@ -390,11 +390,13 @@ TEST(Report, TableAndJsonHaveEveryMethod) {
   const std::vector<dcp::sim::run_metrics> rows{fast, bucket};
   const dcp::sim::comparison_header h{"w", "cogvideox-5b", "h200", 2, 8, 4, 400, 2};
   const json j = dcp::sim::table_json(h, rows);
-  EXPECT_EQ(keys(j), (std::set<std::string>{"workload", "model", "device", "gpus", "sequences", "tokens", "methods"}));
+  EXPECT_EQ(keys(j),
+            (std::set<std::string>{"workload", "model", "device", "gpus", "sequences", "tokens", "groups", "methods"}));
   ASSERT_EQ(j["methods"].size(), 2u);
   EXPECT_EQ(keys(j["methods"][0]), (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_bucket", "efficiency",
                                                             "simple_efficiency", "imbalance", "peak_memory_bytes",
-                                                            "plan_seconds", "skipped", "oom_steps"}));
+                                                            "plan_seconds", "skipped", "oom_steps",
+                                                            "communicators_per_rank", "communicator_bytes_per_rank"}));
   EXPECT_EQ(j["methods"][0]["method"], "dcp");
   EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_bucket"].get<double>(), (100.0 / 1) / (200.0 / 3));
   EXPECT_DOUBLE_EQ(j["methods"][1]["speedup_vs_bucket"].get<double>(), 1.0);

@@ -137,14 +137,17 @@ concept ring_cost_model = cost_model<C> && requires(const C& c) {
   { c.max_ring() } -> std::convertible_to<int>;
 };
 
-/// The ring size r of a step on `sp` units: sp over the largest power of two dividing both sp
-/// and the head count, so u = sp / r Ulysses ranks share the heads and r rings pass K/V blocks
-/// (1 when sp divides the heads; a power of two for a power-of-two sp).
+/// The ring size r of a step on `sp` units: sp over gcd(sp, heads), so u = sp / r Ulysses ranks
+/// share the heads and r rings pass K/V blocks (1 when sp divides the heads). For a power-of-two
+/// sp it is a power of two; a size whose r is not one is not legal (`legal_sp`).
 template <cost_model C>
 constexpr int ring_of(const C& c, int sp) noexcept {
-  int u = 1;
-  while (u < sp && sp % (2 * u) == 0 && c.heads() % (2 * u) == 0) u *= 2;
-  return sp / u;
+  int a = sp, b = c.heads();
+  while (b != 0) {
+    const int t = a % b;
+    a = b, b = t;
+  }
+  return a > 0 ? sp / a : sp;
 }
 
 /// The largest ring size `c` prices: `max_ring()` for a ring cost model, else 1.
@@ -189,12 +192,16 @@ constexpr int ep_of(const C& c) noexcept {
     return 1;
 }
 
-/// True when `sp` is a legal sequence-parallel size for `c`: a power of two, at most N, whose
-/// Ulysses part divides the head count (Ulysses shards heads) with a ring of at most
-/// `max_ring_of(c)` (1 without rings: sp divides the heads).
+/// True when `sp` is a legal sequence-parallel size for `c`: at most N, with a Ulysses part
+/// u = gcd(sp, heads) (Ulysses shards heads) and a ring r = sp / u that is a power of two of at
+/// most `max_ring_of(c)` (1 without rings: sp divides the heads). Any such size is legal, not
+/// only powers of two (40 heads: 5, 10, 20, 40); which sizes a plan may use is also the group
+/// manager's choice (`planning_context::sp_sizes`).
 template <cost_model C>
 constexpr bool legal_sp(const C& c, int sp) noexcept {
-  return sp >= 1 && (sp & (sp - 1)) == 0 && sp <= c.gpus() && ring_of(c, sp) <= max_ring_of(c);
+  if (sp < 1 || sp > c.gpus()) return false;
+  const int r = ring_of(c, sp);
+  return (r & (r - 1)) == 0 && r <= max_ring_of(c);
 }
 
 /// A ring cost model that prices a step with any ring its sp allows (DESIGN section 4.3):
@@ -216,12 +223,14 @@ constexpr int widest_ring_of(const C& c, int sp) noexcept {
   return step_ring_of(c, sp);
 }
 
-/// True when a step on a legal `sp` may run ring `r`: a power of two from `step_ring_of(c, sp)`
-/// (the largest Ulysses part that divides the heads) up to `widest_ring_of(c, sp)`; every such
-/// r divides sp and leaves u = sp / r dividing the heads.
+/// True when a step on a legal `sp` may run ring `r`: a power of two dividing sp from
+/// `step_ring_of(c, sp)` (the largest Ulysses part that divides the heads) up to
+/// `widest_ring_of(c, sp)`; every such r leaves u = sp / r dividing the heads. The legal rings
+/// are step_ring_of(c, sp) times 2, 4, ... while they divide sp (once 2r does not divide sp, no
+/// larger power does), so loops over them stop at the first that does not.
 template <cost_model C>
 constexpr bool legal_ring(const C& c, int sp, int r) noexcept {
-  return r >= step_ring_of(c, sp) && r <= widest_ring_of(c, sp) && (r & (r - 1)) == 0;
+  return r >= step_ring_of(c, sp) && r <= widest_ring_of(c, sp) && (r & (r - 1)) == 0 && sp % r == 0;
 }
 
 /// Seconds of a step on `sp` units with `k` checkpointed blocks run with ring `r` (a `legal_ring`).
@@ -245,7 +254,7 @@ ring_choice fastest_ring(const C& c, const typename C::load_type& l, int sp, int
   const int first = step_ring_of(c, sp);
   ring_choice best{first, static_cast<double>(c.time(l, sp, k))};
   if constexpr (ring_choice_cost_model<C>)
-    for (int r = 2 * first, last = widest_ring_of(c, sp); r <= last; r *= 2)
+    for (int r = 2 * first, last = widest_ring_of(c, sp); r <= last && sp % r == 0; r *= 2)
       if (const double t = c.time(l, sp, k, r); t < best.time_s) best = {r, t};
   return best;
 }
@@ -255,7 +264,7 @@ template <cost_model C>
 double least_work_floor(const C& c, const typename C::load_type& l, int sp, int k) {
   double w = c.work_floor(l, sp, k);
   if constexpr (ring_choice_cost_model<C>)
-    for (int r = 2 * step_ring_of(c, sp), last = widest_ring_of(c, sp); r <= last; r *= 2) {
+    for (int r = 2 * step_ring_of(c, sp), last = widest_ring_of(c, sp); r <= last && sp % r == 0; r *= 2) {
       const double x = c.work_floor(l, sp, k, r);
       w = x < w ? x : w;
     }

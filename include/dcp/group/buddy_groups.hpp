@@ -35,8 +35,9 @@ struct buddy_groups {
     });
   }
 
-  /// Blocks of `sp` ranks: N / sp of them (a trailing partial block is never used).
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= world ? world / sp : 0; }
+  /// Blocks of `sp` ranks: N / sp of them for a power of two sp (a trailing partial block is never
+  /// used), none of any other size.
+  int block_count(int sp) const noexcept { return sp > 0 && sp <= world && (sp & (sp - 1)) == 0 ? world / sp : 0; }
   rank_block block(int sp, int i) const noexcept { return {i * sp, sp}; }
   rank_block block_of(int rank, int sp) const noexcept { return {rank / sp * sp, sp}; }
 

@@ -1,8 +1,9 @@
 #pragma once
 /// \file
 /// `group_law_violations`: the laws of `group_manager` (see `group_concepts.hpp`) checked on one
-/// manager value, every power-of-two size at once; `check_group_laws` throws the first as a
-/// `dcp::error`. O(N log N): run once per job (the scheduler and `group_cache` do), not per plan.
+/// manager value, every size it offers at once; `check_group_laws` throws the first as a
+/// `dcp::error`. O(N) per offered size: run once per job (the scheduler and `group_cache` do),
+/// not per plan.
 
 #include <sstream>
 #include <string>
@@ -24,28 +25,31 @@ std::vector<std::string> group_law_violations(const G& g) {
   };
   const int n = g.gpus(), node = g.gpus_per_node();
   std::vector<char> used;
-  for (int sp = 1; sp > 0 && sp <= n; sp *= 2) {
+  for (int sp = 1; sp > 0 && sp <= n; ++sp) {
     const int count = g.block_count(sp);
+    if (count == 0) continue;
     if (count < 0 || static_cast<long long>(count) * sp > n) {
       fail("block_count(" + std::to_string(sp) + ") = " + std::to_string(count) + ": not in [0, " +
            std::to_string(n / sp) + "] (disjoint blocks of " + std::to_string(sp) + " in " + std::to_string(n) +
            " ranks)");
       continue;
     }
-    used.assign(static_cast<std::size_t>(n / sp), 0);
+    used.assign(static_cast<std::size_t>(n), 0);
     for (int i = 0; i < count; ++i) {
       const rank_block b = g.block(sp, i);
       std::ostringstream where;
       where << "block(" << sp << ", " << i << ") = " << b;
-      if (b.size != sp || b.first < 0 || b.end() > n || b.first % sp != 0) {
-        fail(where.str() + ": not an aligned block of " + std::to_string(sp) + " ranks inside [0, " +
-             std::to_string(n) + ")");
+      if (b.size != sp || b.first < 0 || b.end() > n) {
+        fail(where.str() + ": not a block of " + std::to_string(sp) + " ranks inside [0, " + std::to_string(n) + ")");
         continue;
       }
       if (sp <= node && b.first / node != (b.end() - 1) / node)
         fail(where.str() + ": spans two nodes of " + std::to_string(node) + " though it is no wider than a node");
-      if (used[static_cast<std::size_t>(b.first / sp)]++)
-        fail(where.str() + ": offered twice (blocks of one size must be disjoint)");
+      if (sp > node && (b.first % node != 0 || sp % node != 0))
+        fail(where.str() + ": wider than a node of " + std::to_string(node) + " but not made of whole nodes");
+      bool overlaps = false;
+      for (int r = b.first; r < b.end(); ++r) overlaps = used[static_cast<std::size_t>(r)]++ != 0 || overlaps;
+      if (overlaps) fail(where.str() + ": overlaps another block of " + std::to_string(sp) + " (blocks of one size must be disjoint)");
       for (int r = b.first; r < b.end(); ++r)
         if (const rank_block o = g.block_of(r, sp); o != b) {
           std::ostringstream os;

@@ -3,8 +3,9 @@
 /// `group_cache`: the communicator of every sequence-parallel group a rank belongs to, created once
 /// and reused by every later plan (DESIGN section 2, `group_manager`).
 ///
-/// The groups are a `group_manager`'s aligned blocks (`buddy_groups` by default): a rank belongs to
-/// at most one block of each power-of-two size, so it holds at most log2(N) + 1 communicators.
+/// The groups are a `group_manager`'s blocks (`buddy_groups` by default, `contiguous_groups` for
+/// every size): a rank belongs to at most one block of each size, so it holds at most one
+/// communicator per size a plan has used (log2(N) + 1 with power-of-two sizes).
 /// Creating the communicators of a size is one `split(block index, rank)` of the world, which is
 /// collective, so creation is explicit and lazy per size: every rank calls `prepare(sizes)` with the
 /// same sizes (the plan is identical on every rank, so `prepare(plan sizes)` before running a plan
@@ -97,10 +98,10 @@ class group_cache {
       if (!prepared(sp)) create(sp);
   }
   void prepare(std::initializer_list<int> sizes) { prepare(std::span<const int>(sizes.begin(), sizes.size())); }
-  /// Collective: every power-of-two size with at least one block.
+  /// Collective: every size with at least one block.
   void prepare_all() {
     std::vector<int> all;
-    for (int sp = 1; sp <= groups_.gpus(); sp *= 2)
+    for (int sp = 1; sp <= groups_.gpus(); ++sp)
       if (groups_.block_count(sp) > 0) all.push_back(sp);
     prepare(all);
   }
@@ -182,7 +183,7 @@ class group_cache {
     return *parallel_;
   }
 
-  /// Groups this rank belongs to (at most log2(N) + 1), smallest first.
+  /// Groups this rank belongs to (at most one per prepared size), in the order they were made.
   const std::vector<group_entry>& entries() const noexcept { return entries_; }
   /// Communicators this rank created (the world's own block is reused, not counted).
   int created() const noexcept {
@@ -199,11 +200,10 @@ class group_cache {
   int unit() const noexcept { return world_->rank() / tp_; }
 
   void check_size(int sp) const {
-    check(sp >= 1 && (sp & (sp - 1)) == 0 && sp <= groups_.gpus() && groups_.block_count(sp) > 0,
-          errc::invalid_argument, [&] {
-            return "group_cache: group size " + std::to_string(sp) + " is not a power of two with a block in " +
-                   std::to_string(groups_.gpus()) + (tp_ == 1 ? " ranks" : " units");
-          });
+    check(sp >= 1 && sp <= groups_.gpus() && groups_.block_count(sp) > 0, errc::invalid_argument, [&] {
+      return "group_cache: group size " + std::to_string(sp) + " has no block in the group manager's " +
+             std::to_string(groups_.gpus()) + (tp_ == 1 ? " ranks" : " units") + "; use a size it offers";
+    });
   }
 
   std::pair<Comm, Comm>& split_for(rank_block block, int ring) {
@@ -216,7 +216,7 @@ class group_cache {
     return it->second;
   }
 
-  // Whether the manager offers `b`, searched: a manager may offer any subset of the aligned blocks.
+  // Whether the manager offers `b`, searched: a manager may offer any subset of the blocks.
   bool offered(rank_block b) const {
     for (int i = 0, count = groups_.block_count(b.size); i < count; ++i)
       if (groups_.block(b.size, i) == b) return true;

@@ -10,13 +10,13 @@
 ///     preference;
 ///   - `g.block_of(rank, sp)`: the offered block of `sp` ranks that holds `rank`.
 /// Laws (`dcp::group_law_violations` checks them; the scheduler and `group_cache` refuse a
-/// manager that breaks one): blocks of one size are disjoint and lie inside [0, N); a block's
-/// first rank is divisible by its size (blocks are aligned, so every wider block is the union of
-/// narrower aligned ranges and a rank is in at most one block per size); a block of size <= G
-/// lies inside one node; `block(sp, i).contains(rank)` iff `block_of(rank, sp) == block(sp, i)`.
-/// Which aligned blocks exist and their order are the manager's choice: planners place every
-/// step on `block(sp, i)` and break ties between equally good blocks by the lower i, and offer a
-/// sequence only the sizes with at least one block.
+/// manager that breaks one): blocks of one size are disjoint and lie inside [0, N); a block of
+/// size <= G lies inside one node, a wider one is made of whole nodes (its first rank and its size
+/// are multiples of G); `block(sp, i).contains(rank)` iff `block_of(rank, sp) == block(sp, i)`
+/// (so a rank is in at most one block per size). Sizes need not be powers of two, and blocks of
+/// different sizes need not nest. Which blocks exist and their order are the manager's choice:
+/// planners place every step on `block(sp, i)` and break ties between equally good blocks by the
+/// lower i, and offer a sequence only the sizes with at least one block.
 ///
 /// Units: a manager lays out the planner's ranks, the cost model's units (`cost.gpus()`,
 /// `cost.gpus_per_node()`). With tp = 1 they are GPUs; with tp > 1 a unit is a TP group of tp
@@ -24,7 +24,8 @@
 /// `tp_units::gpus_of(block)`: the manager never sees TP ranks, and one manager serves every tp.
 /// A planning context (`<dcp/plan/planning_context.hpp>`) requires the manager's N and G to equal
 /// the cost model's.
-/// Shipped: `buddy_groups` (every aligned power-of-two block, lowest rank first). The
+/// Shipped: `buddy_groups` (every aligned power-of-two block, lowest rank first) and
+/// `contiguous_groups` (blocks of every size inside a node or of whole nodes). The
 /// communicator of each block is created lazily and cached by `<dcp/group/group_cache.hpp>`.
 
 #include <concepts>

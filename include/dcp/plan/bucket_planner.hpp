@@ -166,7 +166,8 @@ struct bucket_planner {
                       std::uint64_t sampler_seed = 0) const {
     ctx.validate();
     token_buckets.validate();
-    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed);
+    const auto sizes = ctx.sp_sizes();
+    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
     return tuned(ctx, on.feasible, on.batches);
   }
   /// On `default_groups(cost)`.

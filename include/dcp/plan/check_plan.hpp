@@ -77,7 +77,7 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
            ", sample_mean needs 1 / " + std::to_string(planned));
   }
 
-  // Steps: aligned, legal, priced by the cost model, within memory.
+  // Steps: inside one node or of whole nodes, legal, priced by the cost model, within memory.
   std::map<std::int64_t, const sequence*> by_id;
   for (const auto& s : batch) by_id[s.id] = &s;
   std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(std::max(n, 0)));
@@ -94,9 +94,17 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
            std::to_string(sp) + ", the cost model runs ring " + std::to_string(step_ring_of(cost, sp)) + " to " +
            std::to_string(widest_ring_of(cost, sp)) + " x ulysses " + std::to_string(sp / step_ring_of(cost, sp)) +
            " (ulysses must divide " + std::to_string(cost.heads()) + " heads)");
-    if (sp <= 0 || st.ranks.first < 0 || st.ranks.end() > n || st.ranks.first % std::max(sp, 1) != 0) {
-      fail(where + ": not an aligned block inside [0, " + std::to_string(n) + ")");
+    if (sp <= 0 || st.ranks.first < 0 || st.ranks.end() > n) {
+      fail(where + ": not a block inside [0, " + std::to_string(n) + ")");
       continue;
+    }
+    // The cost model prices a block no wider than a node at the node's bandwidth, a wider one at
+    // the network's: so the first lies inside one node and the second is made of whole nodes.
+    if (const int node = cost.gpus_per_node(); node > 0) {
+      if (sp <= node && st.ranks.first / node != (st.ranks.end() - 1) / node)
+        fail(where + ": spans two nodes of " + std::to_string(node) + " though it is no wider than a node");
+      if (sp > node && (st.ranks.first % node != 0 || sp % node != 0))
+        fail(where + ": wider than a node of " + std::to_string(node) + " but not made of whole nodes");
     }
     if (st.sequences.empty()) fail(where + ": has no sequences");
     if (st.checkpointed_blocks < 0 || st.checkpointed_blocks > cost.blocks())
@@ -159,21 +167,20 @@ template <cost_model C, group_manager G>
 std::vector<std::string> plan_violations(const plan& p, std::span<const sequence> batch, const C& cost,
                                          const G& groups) {
   std::vector<std::string> out = plan_violations(p, batch, cost);
-  std::map<int, std::vector<char>> offered;  // size -> whether the aligned block at first / size is offered
+  std::map<int, std::vector<char>> offered;  // size -> whether the block of that size at each first rank is offered
   const int n = groups.gpus();
   for (std::size_t i = 0; i < p.steps.size() && out.size() < 32; ++i) {
     const rank_block b = p.steps[i].ranks;
-    if (b.size <= 0 || b.first < 0 || b.end() > n || b.first % b.size != 0) continue;  // reported above
+    if (b.size <= 0 || b.first < 0 || b.end() > n) continue;  // reported above
     auto [it, fresh] = offered.try_emplace(b.size);
     if (fresh) {
-      it->second.assign(static_cast<std::size_t>(n / b.size), 0);
+      it->second.assign(static_cast<std::size_t>(n), 0);
       for (int j = 0, count = groups.block_count(b.size); j < count; ++j) {
         const rank_block o = groups.block(b.size, j);
-        if (o.size == b.size && o.first >= 0 && o.end() <= n && o.first % o.size == 0)
-          it->second[static_cast<std::size_t>(o.first / o.size)] = 1;
+        if (o.size == b.size && o.first >= 0 && o.end() <= n) it->second[static_cast<std::size_t>(o.first)] = 1;
       }
     }
-    if (!it->second[static_cast<std::size_t>(b.first / b.size)])
+    if (!it->second[static_cast<std::size_t>(b.first)])
       out.push_back("step " + std::to_string(i) + " on ranks [" + std::to_string(b.first) + ", " +
                     std::to_string(b.end()) + "): not a block the group manager offers (none of its " +
                     std::to_string(groups.block_count(b.size)) + " blocks of " + std::to_string(b.size) + ")");

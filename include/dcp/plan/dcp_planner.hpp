@@ -52,6 +52,7 @@
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
@@ -65,6 +66,11 @@
 namespace dcp {
 
 namespace detail {
+template <class G>
+inline constexpr bool is_powers_of_two_of = false;
+template <class G>
+inline constexpr bool is_powers_of_two_of<powers_of_two_of<G>> = true;
+
 
 /// First fit over many open steps in O(log n) per sequence: a tree over the steps, in the order
 /// they were opened, keeps each range's fewest tokens. A step takes a sequence when their summed
@@ -115,11 +121,12 @@ class dcp_planning {
   plan run(std::span<const sequence> batch, loss_normalization norm, infeasible_policy policy,
            const std::string& method) {
     std::vector<skipped_sequence> skipped;
-    std::vector<sequence> seqs = feasible_sequences(cost_, batch, policy, skipped);
+    sps_ = ctx_.sp_sizes();  // legal and offered by the group manager
+    const int widest = sps_.empty() ? 0 : sps_.back();
+    std::vector<sequence> seqs = feasible_sequences(cost_, batch, policy, skipped, std::span<const int>(sps_));
     // Canonical order: plans must not depend on the order ranks received the batch in.
     const auto by_id = [](const sequence& a, const sequence& b) { return a.id < b.id; };
     if (!std::is_sorted(seqs.begin(), seqs.end(), by_id)) std::sort(seqs.begin(), seqs.end(), by_id);
-    sps_ = ctx_.sp_sizes();  // legal and offered by the group manager
     items_.clear();
     items_.reserve(seqs.size());
     shape_options_.clear();
@@ -156,10 +163,10 @@ class dcp_planning {
       }
       if (it.options.empty()) {  // fits only with blocks the recompute policy will not checkpoint
         if (policy == infeasible_policy::skip) {
-          skipped.push_back({s.id, it.tokens, infeasible_error(cost_, s).what()});
+          skipped.push_back({s.id, it.tokens, infeasible_error(cost_, s, widest).what()});
           continue;
         }
-        throw infeasible_error(cost_, s);
+        throw infeasible_error(cost_, s, widest);
       }
       if (item_of[same_as[i]] == seqs.size()) item_of[same_as[i]] = items_.size();
       twin_.push_back(item_of[same_as[i]]);
@@ -174,18 +181,7 @@ class dcp_planning {
       for (std::size_t l = 0; l < sps_.size(); ++l) token_room_.push_back(token_room(l));
     // Once: every candidate plan shares them. Under selective recompute the bounds' options are
     // the items' own.
-    if (intra_ && std::is_same_v<Recompute, selective_recompute>)
-      bounds_ = lower_bounds_of(
-          cost_, groups_, items_.size(), [&](std::size_t i) -> const load_t& { return items_[i].load; },
-          [&](std::size_t i) { return items_[i].options; }, 
-          [&](std::size_t i) {
-            if constexpr (std::equality_comparable<load_t>)
-              if (!(items_[twin_[i]].load == items_[i].load)) return i;
-            return twin_[i];
-          },
-          speeds_);
-    else
-      bounds_ = lower_bounds(cost_, groups_, planned_, speeds_);
+    bounds_ = bounds_on(groups_);
     plan best = candidates(method, norm);
     if (dissolving_ && best.makespan_s > bounds_.joint_s) {
       // Dissolving steers the rebalancing and the candidates, which are heuristics: on the rare
@@ -200,6 +196,24 @@ class dcp_planning {
     std::sort(best.skipped.begin(), best.skipped.end(),  // in id order, like everything else here
               [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     return best;
+  }
+
+  /// The lower bounds of the planned sequences on the blocks `groups` offers (a subset of the
+  /// context's sizes), after `run`. Under selective recompute the bounds' options are the items'
+  /// own, so this costs a sweep, not a pricing.
+  template <group_manager G2>
+  batch_bounds bounds_on(const G2& groups) const {
+    if (intra_ && std::is_same_v<Recompute, selective_recompute>)
+      return lower_bounds_of(
+          cost_, groups, items_.size(), [&](std::size_t i) -> const load_t& { return items_[i].load; },
+          [&](std::size_t i) { return items_[i].options; },
+          [&](std::size_t i) {
+            if constexpr (std::equality_comparable<load_t>)
+              if (!(items_[twin_[i]].load == items_[i].load)) return i;
+            return twin_[i];
+          },
+          speeds_);
+    return lower_bounds(cost_, groups, planned_, speeds_);
   }
 
  private:
@@ -294,9 +308,8 @@ class dcp_planning {
   std::size_t sp_index(int sp) const {
     return static_cast<std::size_t>(std::find(sps_.begin(), sps_.end(), sp) - sps_.begin());
   }
-  /// Fits the sp's preferred recompute level (0 blocks under selective recompute).
-  bool fits_preferred(const load_t& l, int sp) const { return fits_preferred_on(sp)(l); }
-  /// `fits_preferred(l, sp)` for one sp: the load's tokens against the sp's `token_room_` where
+  /// Whether a load fits the sp's preferred recompute level (0 blocks under selective recompute),
+  /// as a callable for one sp: the load's tokens against the sp's `token_room_` where
   /// memory grows with them alone, else the memory with the cost model's per-(sp, k) terms
   /// computed once where it offers that (`memory_at`): the same answer either way.
   auto fits_preferred_on(int sp) const {
@@ -407,7 +420,7 @@ class dcp_planning {
   bool ends_within_cap(const load_t& l, int sp, int k) const {
     const int first = step_ring_of(cost_, sp);
     if (cost_.time(l, sp, k) <= cap_) return true;
-    for (int r = 2 * first, last = widest_ring_of(cost_, sp); r <= last; r *= 2)
+    for (int r = 2 * first, last = widest_ring_of(cost_, sp); r <= last && sp % r == 0; r *= 2)
       if (time_with_ring(cost_, l, sp, k, r) <= cap_) return true;
     return false;
   }
@@ -844,7 +857,34 @@ struct dcp_planner {
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
     ctx.validate();
     detail::dcp_planning planning(ctx, inter, intra, improve_moves, speeds);
-    return planning.run(batch, loss, on_infeasible, name());
+    dcp::plan best = planning.run(batch, loss, on_infeasible, name());
+    // Blocks of other sizes do not nest with the powers of two (a block of 5 in a node of 8
+    // overlaps the blocks of 2 and 4 of both halves), so gang placement can fragment a node where
+    // aligned blocks would not. Where the manager offers such sizes, the plan is not within 0.1%
+    // of the bound, and it does not already end by the power-of-two blocks' own joint bound, the
+    // batch is also planned on those blocks alone and the plan that ends sooner is kept, with the
+    // bounds of every size (they are at most the power-of-two ones: more options): groups of any
+    // size never cost time (DESIGN 3.5).
+    if constexpr (!detail::is_powers_of_two_of<typename Ctx::groups_type>) {
+      const auto sizes = ctx.sp_sizes();
+      const bool other = std::any_of(sizes.begin(), sizes.end(), [](int sp) { return (sp & (sp - 1)) != 0; });
+      if (other && best.efficiency() < 0.999) {
+        const planning_context aligned{ctx.cost, ctx.recompute, powers_of_two_of<typename Ctx::groups_type>{ctx.groups}};
+        const bool may_beat_it = !aligned.sp_sizes().empty() &&
+                            best.makespan_s > planning.bounds_on(aligned.groups).joint_s * (1 + 1e-12);
+        if (may_beat_it) {
+          // Skipping, so that a sequence only a wider size holds costs this plan, not an error.
+          detail::dcp_planning again(aligned, inter, intra, improve_moves, speeds);
+          dcp::plan p = again.run(batch, loss, infeasible_policy::skip, name());
+          if (p.skipped.size() == best.skipped.size() && p.makespan_s < best.makespan_s * (1 - 1e-12)) {
+            p.lower_bound_s = best.lower_bound_s, p.joint_lower_bound_s = best.joint_lower_bound_s;
+            p.skipped = std::move(best.skipped);
+            best = std::move(p);
+          }
+        }
+      }
+    }
+    return best;
   }
   /// On `default_groups(cost)`.
   template <cost_model C, recompute_policy Recompute = selective_recompute>

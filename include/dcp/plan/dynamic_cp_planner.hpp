@@ -96,11 +96,13 @@ struct dynamic_cp_planner {
       return "dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) + " must be in [1, " +
              std::to_string(x_max) + "] (the tokens per GPU that fit with every block checkpointed), or 0 to tune";
     });
-    check(legal_sp(cost, min_cp_size), errc::invalid_argument, [&] {
-      const auto sps = legal_sp_sizes(cost);
+    check(legal_sp(cost, min_cp_size) && (min_cp_size & (min_cp_size - 1)) == 0, errc::invalid_argument, [&] {
+      int top = 1;
+      for (int sp : legal_sp_sizes(cost))
+        if ((sp & (sp - 1)) == 0) top = sp;
       return "dynamic_cp min_cp_size = " + std::to_string(min_cp_size) + " is not a legal CP size on " +
              std::to_string(cost.gpus()) + " GPUs with " + std::to_string(cost.heads()) +
-             " heads; use a power of two <= " + std::to_string(sps.empty() ? 1 : sps.back()) + " (1 = no minimum)";
+             " heads; use a power of two <= " + std::to_string(top) + " (1 = no minimum)";
     });
   }
 
@@ -198,10 +200,15 @@ struct dynamic_cp_planner {
     Load load{};
   };
 
+  // The widest CP size: Megatron-Core rounds CP sizes to powers of two, so only those of the
+  // sizes the context offers count (every smaller power of two is then offered too: it is legal,
+  // and a manager offering a power of two offers its halves, as buddy and contiguous blocks do).
   template <any_planning_context Ctx>
   static std::int64_t widest(const Ctx& ctx) {
-    const auto sps = ctx.sp_sizes();
-    return sps.empty() ? 1 : sps.back();
+    std::int64_t top = 1;
+    for (int sp : ctx.sp_sizes())
+      if ((sp & (sp - 1)) == 0) top = sp;
+    return top;
   }
 
   // True when `s` gets a CP size of at most `top` (the widest legal one) under the current limit.

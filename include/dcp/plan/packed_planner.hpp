@@ -75,7 +75,8 @@ struct packed_planner {
   packed_planner tune(const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
                       std::uint64_t sampler_seed = 0) const {
     ctx.validate();
-    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed);
+    const auto sizes = ctx.sp_sizes();
+    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
     return tuned(ctx, on.feasible, on.batches);
   }
   /// On `default_groups(cost)`.

@@ -35,27 +35,46 @@ struct sequence_option {
   friend bool operator==(const sequence_option&, const sequence_option&) = default;
 };
 
-/// The legal sp sizes of a cost model, ascending: powers of two <= N that divide the heads.
+/// The legal sp sizes of a cost model (`legal_sp`), ascending: every size <= N whose Ulysses part
+/// divides the heads and whose ring is allowed, powers of two or not. A planner uses those of them
+/// its group manager offers (`planning_context::sp_sizes`).
 template <cost_model C>
 std::vector<int> legal_sp_sizes(const C& cost) {
+  std::vector<int> out;
+  for (int sp = 1; sp <= cost.gpus() && sp > 0; ++sp)
+    if (legal_sp(cost, sp)) out.push_back(sp);
+  return out;
+}
+
+/// The sizes of `default_groups(cost)` (buddy blocks): the legal powers of two, ascending. The
+/// helpers below that take no sizes (`options_of(cost, load)`, `largest_feasible_tokens(cost)`,
+/// `feasible_sequences` without sizes) use them, as `planner.plan(cost, batch)` does.
+template <cost_model C>
+std::vector<int> default_sp_sizes(const C& cost) {
   std::vector<int> out;
   for (int sp = 1; sp <= cost.gpus() && sp > 0; sp *= 2)
     if (legal_sp(cost, sp)) out.push_back(sp);
   return out;
 }
 
-/// For each legal sp, the fewest checkpointed blocks with which `load` fits alone (if any), run
-/// with its fastest ring (memory does not depend on the ring).
+/// For each sp of `sps` (legal sizes, ascending), the fewest checkpointed blocks with which
+/// `load` fits alone (if any), run with its fastest ring (memory does not depend on the ring).
 template <cost_model C>
-std::vector<sequence_option> options_of(const C& cost, const typename C::load_type& load) {
+std::vector<sequence_option> options_of(const C& cost, const typename C::load_type& load, std::span<const int> sps) {
   std::vector<sequence_option> out;
-  for (int sp : legal_sp_sizes(cost)) {
+  for (int sp : sps) {
     if (auto k = selective_recompute{}.choose(cost, load, sp)) {
       const ring_choice r = fastest_ring(cost, load, sp, *k);
       out.push_back({sp, *k, r.time_s, cost.memory(load, sp, *k), r.ring});
     }
   }
   return out;
+}
+/// `options_of` over the sizes of `default_groups(cost)` (`default_sp_sizes`).
+template <cost_model C>
+std::vector<sequence_option> options_of(const C& cost, const typename C::load_type& load) {
+  const auto sps = default_sp_sizes(cost);
+  return options_of(cost, load, std::span<const int>(sps));
 }
 
 /// The load of `count` copies of `one` (double-and-add: a `load_type` only adds).
@@ -85,30 +104,37 @@ std::int64_t step_token_capacity(const C& cost, int sp, int k) {
   return cost.tokens_of(make_sequence(0, lo));
 }
 
-/// The longest 1D sequence (tokens the model sees) that fits some legal configuration alone:
-/// the widest legal group with every block checkpointed.
+/// The longest 1D sequence (tokens the model sees) that fits alone on `widest` units with every
+/// block checkpointed; by default on the widest group of `default_groups(cost)`.
 template <cost_model C>
-std::int64_t largest_feasible_tokens(const C& cost) {
-  const auto sps = legal_sp_sizes(cost);
-  return sps.empty() ? 0 : step_token_capacity(cost, sps.back(), cost.blocks());
+std::int64_t largest_feasible_tokens(const C& cost, int widest = 0) {
+  if (widest == 0) {
+    const auto sps = default_sp_sizes(cost);
+    widest = sps.empty() ? 0 : sps.back();
+  }
+  return widest == 0 ? 0 : step_token_capacity(cost, widest, cost.blocks());
 }
 
-/// The error for a sequence no configuration can hold.
+/// The error for a sequence no configuration can hold, the widest usable group being `widest`
+/// units (0: the widest of `default_groups(cost)`).
 template <cost_model C>
-error infeasible_error(const C& cost, const sequence& s) {
+error infeasible_error(const C& cost, const sequence& s, int widest = 0) {
   return error(errc::infeasible, "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) +
                                      " tokens (shape " + std::to_string(s.frames) + " x " +
                                      std::to_string(s.spatial) + ") fits no configuration on " +
                                      std::to_string(cost.gpus()) + " GPUs; the largest length that fits is " +
-                                     std::to_string(largest_feasible_tokens(cost)) +
+                                     std::to_string(largest_feasible_tokens(cost, widest)) +
                                      " tokens; use more GPUs or memory, or on_infeasible = skip");
 }
 
 /// Validates the cost model (the planner validated the group layout: `planning_context::validate`) and the batch (positive shapes, unique ids), and splits it into sequences that have at
 /// least one feasible option and those that have none, following `policy`.
+/// A sequence is feasible when it fits alone with every block checkpointed on one of `sizes` (the
+/// sizes the planner may use, ascending; empty: `default_sp_sizes`), tried widest first (memory
+/// falls with sp, so in the shipped models the widest decides).
 template <cost_model C>
 std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence> batch, infeasible_policy policy,
-                                         std::vector<skipped_sequence>& skipped) {
+                                         std::vector<skipped_sequence>& skipped, std::span<const int> sizes = {}) {
   if constexpr (requires { cost.validate(); }) cost.validate();
   check(!batch.empty(), errc::invalid_argument,
         [] { return std::string("empty batch: a global batch needs at least one sequence"); });
@@ -125,16 +151,22 @@ std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence
 
   std::vector<sequence> out;
   out.reserve(batch.size());
-  const auto sps = legal_sp_sizes(cost);
-  const int widest = sps.empty() ? 1 : sps.back();
+  const std::vector<int> legal = sizes.empty() ? default_sp_sizes(cost) : std::vector<int>{};
+  if (sizes.empty()) sizes = legal;
+  const int widest = sizes.empty() ? 1 : sizes.back();
+  auto fits = [&](const sequence& s) {
+    const auto load = cost.load_of(s);
+    for (auto sp = sizes.rbegin(); sp != sizes.rend(); ++sp)
+      if (cost.memory(load, *sp, cost.blocks()) <= cost.capacity()) return true;
+    return false;
+  };
   for (const auto& s : batch) {
-    // Memory falls with sp and with k: the widest group with every block checkpointed decides.
-    if (cost.memory(cost.load_of(s), widest, cost.blocks()) <= cost.capacity()) {
+    if (fits(s)) {
       out.push_back(s);
     } else if (policy == infeasible_policy::skip) {
-      skipped.push_back({s.id, cost.tokens_of(s), infeasible_error(cost, s).what()});
+      skipped.push_back({s.id, cost.tokens_of(s), infeasible_error(cost, s, widest).what()});
     } else {
-      throw infeasible_error(cost, s);
+      throw infeasible_error(cost, s, widest);
     }
   }
   return out;
@@ -186,13 +218,12 @@ template <cost_model C, group_manager G, class LoadAt, class OptionsAt, class Tw
 batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, LoadAt&& load_at,
                              OptionsAt&& options_at, TwinAt&& twin_at, std::span<const double> speeds = {}) {
   const auto sps = legal_sp_sizes(cost);
-  auto log2 = [](int sp) { return static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(sp))); };
-  // By log2(sp): the fastest offered block's speed, 0 where the manager offers none.
-  std::vector<double> speed_of_sp(sps.empty() ? 1 : log2(sps.back()) + 1, 0.0);
-  for (int sp : sps) speed_of_sp[log2(sp)] = groups.block_count(sp) > 0 ? 1.0 : 0.0;
+  // By sp: the fastest offered block's speed, 0 where the manager offers none.
+  std::vector<double> speed_of_sp(static_cast<std::size_t>(sps.empty() ? 1 : sps.back() + 1), 0.0);
+  for (int sp : sps) speed_of_sp[static_cast<std::size_t>(sp)] = groups.block_count(sp) > 0 ? 1.0 : 0.0;
   double capacity = cost.gpus();
   if (!speeds.empty()) {
-    for (int sp : sps) speed_of_sp[log2(sp)] = fastest_block_speed(speeds, groups, sp);
+    for (int sp : sps) speed_of_sp[static_cast<std::size_t>(sp)] = fastest_block_speed(speeds, groups, sp);
     capacity = 0;
     for (double v : speeds) capacity += v;
   }
@@ -230,7 +261,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     double share = 0;
     if constexpr (step_floor_share_cost_model<C>) share = cost.step_floor_share(load);
     for (const sequence_option& o : options_at(i)) {
-      const double speed = speed_of_sp[log2(o.sp)];
+      const double speed = speed_of_sp[static_cast<std::size_t>(o.sp)];
       if (speed == 0) continue;  // no block of this size: no plan runs the option
       // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
       const int sp = o.sp, k = o.checkpointed_blocks;
@@ -239,7 +270,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
         // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
         // then each wider one.
         auto [floor, packed] = floors.both(load, sp, k, step_ring_of(cost, sp));
-        for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last; r *= 2) {
+        for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2) {
           const auto [work_r, packed_r] = floors.both(load, sp, k, r);
           floor = work_r < floor ? work_r : floor;
           packed = packed_r < packed ? packed_r : packed;
@@ -254,7 +285,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       if constexpr (requires { cost.packed_work_floor(load, sp, k); }) {
         double packed = cost.packed_work_floor(load, sp, k);
         if constexpr (requires { cost.packed_work_floor(load, sp, k, 1); })
-          for (int r = 2 * step_ring_of(cost, sp); r <= widest_ring_of(cost, sp); r *= 2)
+          for (int r = 2 * step_ring_of(cost, sp); r <= widest_ring_of(cost, sp) && sp % r == 0; r *= 2)
             packed = std::min(packed, cost.packed_work_floor(load, sp, k, r));
         x.floor = std::max(floor, packed);
       }
@@ -348,9 +379,11 @@ batch_bounds lower_bounds(const C& cost, const G& groups, std::span<const sequen
   std::vector<std::vector<sequence_option>> options;
   loads.reserve(by_id.size());
   options.reserve(by_id.size());
+  std::vector<int> offered = legal_sp_sizes(cost);  // the sizes with a block: no other option counts
+  std::erase_if(offered, [&](int sp) { return groups.block_count(sp) <= 0; });
   for (const sequence* q : by_id) {
     loads.push_back(cost.load_of(*q));
-    options.push_back(options_of(cost, loads.back()));
+    options.push_back(options_of(cost, loads.back(), std::span<const int>(offered)));
   }
   return lower_bounds_of(
       cost, groups, loads.size(), [&](std::size_t i) -> const auto& { return loads[i]; },

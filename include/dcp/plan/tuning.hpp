@@ -61,15 +61,16 @@ struct tuning_data {
   std::vector<std::vector<sequence>> batches;  ///< `tuning_batches` of all of the data
 };
 
-/// The `tuning_data` of `data`: a sequence that fits no configuration is an error naming it, or
-/// left out of `feasible` under `infeasible_policy::skip` (the epoch still holds it, as the
-/// batches a run plans will).
+/// The `tuning_data` of `data`: a sequence that fits no configuration on `sizes` (the context's,
+/// `planning_context::sp_sizes`; empty: `default_sp_sizes`) is an error naming it, or left out of
+/// `feasible` under `infeasible_policy::skip` (the epoch still holds it, as the batches a run
+/// plans will).
 template <cost_model C>
 tuning_data tuning_data_of(const C& cost, std::span<const sequence> data, infeasible_policy policy, std::int64_t budget,
-                           std::uint64_t seed) {
+                           std::uint64_t seed, std::span<const int> sizes = {}) {
   std::vector<skipped_sequence> skipped;  // a tuned planner reports skips when it plans
   tuning_data out;
-  out.feasible = feasible_sequences(cost, data, policy, skipped);
+  out.feasible = feasible_sequences(cost, data, policy, skipped, sizes);
   out.batches = tuning_batches(cost, data, budget, seed);
   return out;
 }
@@ -90,10 +91,10 @@ std::int64_t max_copies(const C& cost, const typename C::load_type& one, int sp,
 }
 
 /// x_max: the most tokens per GPU any feasible step holds (all blocks checkpointed). The cost
-/// model's own value when it has one (`analytic_cost::max_tokens_per_gpu`), else measured.
+/// model's own value when it is a `token_limited_cost_model`, else measured.
 template <cost_model C>
 double max_tokens_per_gpu(const C& cost) {
-  if constexpr (requires { { cost.max_tokens_per_gpu() } -> std::convertible_to<double>; })
+  if constexpr (token_limited_cost_model<C>)
     return cost.max_tokens_per_gpu();
   else
     return static_cast<double>(step_token_capacity(cost, 1, cost.blocks()));
@@ -105,13 +106,15 @@ bool fits_checkpointed(const C& cost, const sequence& s, int sp) {
   return cost.memory(cost.load_of(s), sp, cost.blocks()) <= cost.capacity();
 }
 
-/// The legal sp sizes on which every sequence of `data` fits alone with all blocks
-/// checkpointed, ascending: the choices of a user who fixes one sp for the whole run.
+/// The sizes of `sizes` (ascending; empty: `default_sp_sizes`, buddy blocks) on which every
+/// sequence of `data` fits alone with all blocks checkpointed: the choices of a user who fixes
+/// one sp for the whole run.
 template <cost_model C>
-std::vector<int> fixed_sp_candidates(const C& cost, std::span<const sequence> data) {
+std::vector<int> fixed_sp_candidates(const C& cost, std::span<const sequence> data, std::span<const int> sizes = {}) {
   // Memory grows with a sequence's load; the largest one decides (checked for all, to stay exact).
   std::vector<int> out;
-  for (int sp : legal_sp_sizes(cost)) {
+  const std::vector<int> fallback = sizes.empty() ? default_sp_sizes(cost) : std::vector<int>{};
+  for (int sp : sizes.empty() ? std::span<const int>(fallback) : sizes) {
     bool all = true;
     for (const auto& s : data)
       if (!fits_checkpointed(cost, s, sp)) {
@@ -132,9 +135,11 @@ std::vector<sequence> fixed_sp_sequences(const C& cost, std::span<const sequence
                                          infeasible_policy policy, std::vector<skipped_sequence>& skipped) {
   check(legal_sp(cost, sp), errc::invalid_argument, [&] {
     return "sp = " + std::to_string(sp) + " is not legal on " + std::to_string(cost.gpus()) + " GPUs with " +
-           std::to_string(cost.heads()) + " heads (a power of two <= N dividing the heads)";
+           std::to_string(cost.heads()) + " heads (at most N, its Ulysses part dividing the heads)";
   });
-  std::vector<sequence> all = feasible_sequences(cost, batch, policy, skipped), out;
+  // Feasible on some legal size (the fixed sp may be one buddy blocks do not offer).
+  const auto legal = legal_sp_sizes(cost);
+  std::vector<sequence> all = feasible_sequences(cost, batch, policy, skipped, std::span<const int>(legal)), out;
   out.reserve(all.size());
   for (const auto& s : all) {
     if (fits_checkpointed(cost, s, sp)) {
@@ -157,7 +162,8 @@ std::vector<sequence> fixed_sp_sequences(const C& cost, std::span<const sequence
 template <class Planner, any_planning_context Ctx>
 plan plan_tuned_on_batch(const Planner& p, const Ctx& ctx, std::span<const sequence> batch) {
   std::vector<skipped_sequence> skipped;
-  const auto feasible = feasible_sequences(ctx.cost, batch, p.on_infeasible, skipped);
+  const auto sizes = ctx.sp_sizes();
+  const auto feasible = feasible_sequences(ctx.cost, batch, p.on_infeasible, skipped, std::span<const int>(sizes));
   if (!feasible.empty()) return p.tune(ctx, batch).plan(ctx, batch);
   plan_builder<typename Ctx::cost_type> builder(ctx.cost, p.name());
   builder.skip(std::move(skipped));
@@ -229,7 +235,7 @@ struct fixed_sp_tuning {
   friend bool operator==(const fixed_sp_tuning&, const fixed_sp_tuning&) = default;
 };
 
-/// Tunes a static planner as a user would: every sp of `fixed_sp_candidates(cost, data)` that
+/// Tunes a static planner as a user would: every sp of `fixed_sp_candidates(cost, data, sizes)` that
 /// the context's group manager offers blocks of and every fill of `fill_candidates` is simulated
 /// on `batches` with the planner `configure(sp, fill)` returns (planning in `ctx`), and the pair
 /// with the highest throughput (the smallest summed makespan, every candidate running the same
@@ -239,8 +245,8 @@ template <any_planning_context Ctx, class Configure>
 fixed_sp_tuning tune_fixed_sp(const Ctx& ctx, std::span<const sequence> data,
                               const std::vector<std::vector<sequence>>& batches, Configure configure) {
   const auto& cost = ctx.cost;
-  auto candidates = fixed_sp_candidates(cost, data);
-  std::erase_if(candidates, [&](int sp) { return ctx.groups.block_count(sp) <= 0; });
+  const auto sizes = ctx.sp_sizes();  // legal and offered
+  auto candidates = fixed_sp_candidates(cost, data, std::span<const int>(sizes));
   check(!candidates.empty(), errc::infeasible, [&] {
     return "no legal sp the group manager offers holds every sequence of the dataset with all blocks checkpointed on " +
            std::to_string(cost.gpus()) + " GPUs; use more GPUs or memory";

@@ -49,6 +49,13 @@ inline plan_metrics measure(const plan& p, std::vector<double>* busy = nullptr) 
 }
 
 /// What a method costs over a run of batches (an epoch): sums, and the ratios of sums.
+/// An estimate of the NCCL buffer memory one rank of a communicator of `size` ranks holds once
+/// its all-to-alls have reached every peer: a send and a receive buffer of NCCL_BUFFSIZE (4 MiB,
+/// NCCL's default) per peer, 2 (size - 1) 4 MiB. NCCL's real allocation depends on its version,
+/// channel count and transports; this is the order of magnitude that makes every group shape a
+/// cost on every member, which is why the report counts them.
+constexpr double nccl_buffer_bytes(int size) noexcept { return 2.0 * (size - 1) * 4194304.0; }
+
 struct run_metrics {
   std::string method;
   int gpus = 0;
@@ -72,6 +79,14 @@ struct run_metrics {
   std::string tuned;            ///< the setting tuning chose, for the report ("" = nothing to show)
   std::vector<double> busy_s;   ///< per GPU: seconds in steps over the run
   std::vector<double> idle_s;   ///< per GPU: makespan_s - busy_s
+  /// The most sequence-parallel communicators one rank needs for the run: over ranks, the distinct
+  /// groups it is in over all steps, counting groups wider than one rank and narrower than the
+  /// job (the world's own communicator serves the whole job). A group manager's blocks of one size
+  /// are disjoint, so it is the count of distinct sizes such a rank ran with.
+  int communicators_per_rank = 0;
+  /// Estimated NCCL buffer memory of those communicators on the rank that needs the most: each
+  /// group of s ranks counts `nccl_buffer_bytes(s)`.
+  double communicator_bytes_per_rank = 0;
 
   /// Adds one batch's plan, planned in `seconds` of wall-clock time, `oom` of its steps over memory.
   void add(const plan& p, double seconds, std::int64_t oom = 0) {
@@ -88,6 +103,19 @@ struct run_metrics {
     peak_memory_bytes = std::max(peak_memory_bytes, m.peak_memory_bytes);
     plan_seconds_sum_ += seconds;
     plan_seconds_max = std::max(plan_seconds_max, seconds);
+    if (groups_of_.size() < static_cast<std::size_t>(p.gpus)) groups_of_.resize(static_cast<std::size_t>(p.gpus));
+    for (const auto& st : p.steps) {
+      if (st.sp() <= 1 || st.sp() >= p.gpus || st.ranks.first < 0 || st.ranks.end() > p.gpus) continue;
+      for (int r = st.ranks.first; r < st.ranks.end(); ++r) {
+        auto& g = groups_of_[static_cast<std::size_t>(r)];
+        if (std::find(g.begin(), g.end(), st.ranks) != g.end()) continue;
+        g.push_back(st.ranks);
+        communicators_per_rank = std::max(communicators_per_rank, static_cast<int>(g.size()));
+        double bytes = 0;
+        for (const rank_block& b : g) bytes += nccl_buffer_bytes(b.size);
+        communicator_bytes_per_rank = std::max(communicator_bytes_per_rank, bytes);
+      }
+    }
     finish();
   }
 
@@ -105,6 +133,7 @@ struct run_metrics {
   }
   double imbalance_sum_ = 0;
   double plan_seconds_sum_ = 0;
+  std::vector<std::vector<rank_block>> groups_of_;  // per rank: the groups (1 < size < N) it ran in
 };
 
 inline std::ostream& operator<<(std::ostream& os, const run_metrics& m) {

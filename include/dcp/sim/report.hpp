@@ -29,6 +29,7 @@ struct comparison_header {
   std::int64_t tokens = 0;     ///< model tokens of the dataset
   std::int64_t batches = 0;
   std::string truth{};           ///< the truth SPEC (or profile) plans ran on; empty = the cost model's clock
+  std::string groups = "buddy";  ///< the group sizes planners could use: any (contiguous_groups) or buddy
   std::uint64_t truth_seed = 0;  ///< the jitter seed of the truth
   friend bool operator==(const comparison_header&, const comparison_header&) = default;
 };
@@ -70,7 +71,7 @@ inline std::string seconds_text(double s) {
 inline void print_table(std::ostream& os, const comparison_header& h, std::span<const run_metrics> rows) {
   os << h.workload << ": " << h.sequences << " sequences, " << detail::format("%.1f", static_cast<double>(h.tokens) / 1e6)
      << "M tokens in " << h.batches << " global batches; " << h.model << " on " << h.gpus << " x " << h.device << " ("
-     << h.gpus_per_node << " per node)\n";
+     << h.gpus_per_node << " per node), groups " << h.groups << "\n";
   const bool on_truth = !h.truth.empty();
   if (on_truth)
     os << "executed on truth " << h.truth << " (jitter seed " << h.truth_seed
@@ -95,11 +96,17 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
   }
   for (const auto& r : rows)
     if (!r.tuned.empty()) os << "  " << r.method << " tuned on the workload: " << r.tuned << "\n";
+  os << "communicators per rank (sequence-parallel groups; est. NCCL buffers at 2 (s - 1) x 4 MiB each):";
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    os << (i == 0 ? " " : ", ") << rows[i].method << " " << rows[i].communicators_per_rank << " ("
+       << detail::format("%.0f MiB", rows[i].communicator_bytes_per_rank / 1048576.0) << ")";
+  os << "\n";
 }
 
 /// The table as one JSON object: {"workload", "model", "device", "gpus", "sequences", "tokens",
 /// "methods": [{"method", "tokens_per_s", "speedup_vs_bucket" (null without a bucket row),
-/// "efficiency" (vs the joint bound), "simple_efficiency" (vs the simple bound), "imbalance", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps"}]};
+/// "efficiency" (vs the joint bound), "simple_efficiency" (vs the simple bound), "imbalance", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps",
+/// "communicators_per_rank", "communicator_bytes_per_rank" (`run_metrics`)}], "groups"};
 /// a run on a truth adds "truth" (the SPEC) and "truth_seed".
 inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<const run_metrics> rows) {
   nlohmann::ordered_json methods = nlohmann::ordered_json::array();
@@ -114,10 +121,13 @@ inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<c
                        {"peak_memory_bytes", r.peak_memory_bytes},
                        {"plan_seconds", r.plan_seconds},
                        {"skipped", r.skipped},
-                       {"oom_steps", r.oom_steps}});
+                       {"oom_steps", r.oom_steps},
+                       {"communicators_per_rank", r.communicators_per_rank},
+                       {"communicator_bytes_per_rank", r.communicator_bytes_per_rank}});
   }
   nlohmann::ordered_json out = {{"workload", h.workload}, {"model", h.model},   {"device", h.device},
-                                {"gpus", h.gpus},         {"sequences", h.sequences}, {"tokens", h.tokens}};
+                                {"gpus", h.gpus},         {"sequences", h.sequences}, {"tokens", h.tokens},
+                                {"groups", h.groups}};
   if (!h.truth.empty()) out["truth"] = h.truth, out["truth_seed"] = h.truth_seed;
   out["methods"] = std::move(methods);
   return out;

@@ -17,6 +17,7 @@
 #include <map>
 #include <ostream>
 #include <span>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -58,9 +59,12 @@ inline std::string num(double v) {
 inline const char* sp_colour(int sp) noexcept {
   static constexpr std::array<const char*, 11> palette{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
                                                        "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#17becf"};
+  // Sizes that are not powers of two (contiguous_groups) take darker shades, by the same level.
+  static constexpr std::array<const char*, 11> between{"#2b4a6b", "#a85c12", "#8f2a2c", "#3f7a75", "#2f6a29", "#9c8420",
+                                                       "#6e4466", "#b85f69", "#5e463a", "#6f6862", "#0e7f8a"};
   int level = 0;
   while ((1 << (level + 1)) <= sp && level + 1 < static_cast<int>(palette.size())) ++level;
-  return palette[static_cast<std::size_t>(level)];
+  return ((sp & (sp - 1)) == 0 ? palette : between)[static_cast<std::size_t>(level)];
 }
 
 }  // namespace detail
@@ -70,14 +74,16 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
   using detail::num;
   int gpus = 1, widest = 1, tp = 1;
   double longest = 0;
+  std::set<int> sizes;  // the legend: every power of two up to the widest step, and every size used
   for (const auto& run : runs) {
     double total = 0;
     for (const auto& p : run.plans) {
       gpus = std::max(gpus, p.gpus), tp = std::max(tp, p.tp), total += p.makespan_s;
-      for (const auto& s : p.steps) widest = std::max(widest, s.sp());
+      for (const auto& s : p.steps) widest = std::max(widest, s.sp()), sizes.insert(s.sp());
     }
     longest = std::max(longest, total);
   }
+  for (int sp = 1; sp <= widest; sp *= 2) sizes.insert(sp);
   const double lane = opt.lane_height > 0 ? opt.lane_height : std::clamp(360.0 / gpus, 1.5, 14.0);
   const double left = 78, right = 24, title = 26, axis = 22, gap = 16, legend = 30;
   const double plot = std::max(100.0, opt.width - left - right);
@@ -93,7 +99,7 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
   // Legend: colour of each sp.
   double lx = left;
   os << "<text x=\"8\" y=\"19\">sp</text>\n";
-  for (int sp = 1; sp <= widest; sp *= 2) {
+  for (int sp : sizes) {
     os << "<rect x=\"" << num(lx) << "\" y=\"8\" width=\"14\" height=\"14\" fill=\"" << detail::sp_colour(sp)
        << "\"/><text x=\"" << num(lx + 18) << "\" y=\"19\">" << sp << "</text>\n";
     lx += 56;

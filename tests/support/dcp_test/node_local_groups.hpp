@@ -17,7 +17,9 @@ struct node_local_groups {
   int gpus() const noexcept { return world; }
   int gpus_per_node() const noexcept { return node_size; }
   void validate() const { dcp::buddy_groups{world, node_size}.validate(); }
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= node_size && sp <= world ? world / sp : 0; }
+  int block_count(int sp) const noexcept {
+    return sp > 0 && sp <= node_size && sp <= world && (sp & (sp - 1)) == 0 ? world / sp : 0;
+  }
   dcp::rank_block block(int sp, int i) const noexcept { return {i * sp, sp}; }
   dcp::rank_block block_of(int rank, int sp) const noexcept { return {rank / sp * sp, sp}; }
 
