@@ -2,8 +2,8 @@
 /// \file
 /// `tp_units`: planner ranks as tensor-parallel groups. With tp > 1 the cost model counts units
 /// of tp GPUs (DESIGN section 4.2), so plans name units; unit u is the GPUs
-/// [u tp, (u + 1) tp), all on one node since tp divides G. An aligned block of sp units is then
-/// an aligned block of sp tp GPUs, inside one node whenever sp tp <= G.
+/// [u tp, (u + 1) tp), all on one node since tp divides G. A block of sp units is then the sp tp
+/// GPUs from its first unit's, inside one node whenever the units' block lies in a node of G / tp.
 
 #include <ostream>
 #include <string>
