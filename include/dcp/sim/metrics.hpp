@@ -48,7 +48,6 @@ inline plan_metrics measure(const plan& p, std::vector<double>* busy = nullptr) 
   return m;
 }
 
-/// What a method costs over a run of batches (an epoch): sums, and the ratios of sums.
 /// An estimate of the NCCL buffer memory one rank of a communicator of `size` ranks holds once
 /// its all-to-alls have reached every peer: a send and a receive buffer of NCCL_BUFFSIZE (4 MiB,
 /// NCCL's default) per peer, 2 (size - 1) 4 MiB. NCCL's real allocation depends on its version,
@@ -56,6 +55,7 @@ inline plan_metrics measure(const plan& p, std::vector<double>* busy = nullptr) 
 /// cost on every member, which is why the report counts them.
 constexpr double nccl_buffer_bytes(int size) noexcept { return 2.0 * (size - 1) * 4194304.0; }
 
+/// What a method costs over a run of batches (an epoch): sums, and the ratios of sums.
 struct run_metrics {
   std::string method;
   int gpus = 0;
