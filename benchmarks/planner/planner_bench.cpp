@@ -85,8 +85,8 @@ void plan_latency_layout(benchmark::State& state, const char* model, int tp, int
                          const char* workload = "text-longtail") {
   const int gpus = static_cast<int>(state.range(0));
   const auto& batch = batch_of(workload, state.range(1));
-  const auto cost = dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus,
-                                            dcp::parallel_layout{.tp = tp, .sharding = sharding, .ring = ring});
+  const auto cost = dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(),
+                                            {.gpus = gpus, .tp = tp, .sharding = sharding, .ring = ring});
   dcp::plan p;
   for (auto _ : state) {
     p = dcp::dcp_planner{}.plan(cost, std::span<const dcp::sequence>(batch));

@@ -220,7 +220,7 @@ void run_with_planner(Comm& world, const arguments& a) {
     }
   };
   if (!a.profile && a.profile_in.empty() && !a.calibrate) {
-    go(dcp::make_analytic_cost(spec, device, world.size(), {.ring = a.ring}));
+    go(dcp::make_analytic_cost(spec, device, {.gpus = world.size(), .gpus_per_node = device.gpus_per_node, .ring = a.ring}));
     return;
   }
   // Rank 0 profiles (or reads the file) and broadcasts the JSON, so every rank plans with the same table.

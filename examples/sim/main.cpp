@@ -246,7 +246,9 @@ int run(const cli_options& o) {
            std::string(o.frozen ? "--frozen networks" : "the frozen networks a --plan-in file records") +
            "; drop one of them";
   });
-  const auto cost = dcp::make_analytic_cost(model, device, o.gpus, {o.tp, o.ep, dcp::sharding_of(o.sharding), o.ring});
+  const auto cost = dcp::make_analytic_cost(model, device,
+                                           {.gpus = o.gpus, .gpus_per_node = device.gpus_per_node, .tp = o.tp,
+                                            .ep = o.ep, .sharding = dcp::sharding_of(o.sharding), .ring = o.ring});
   const dcp::group_sizes sizes = dcp::group_sizes_of(o.groups);
   dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}.validate();
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
@@ -284,7 +286,7 @@ int run(const cli_options& o) {
   // trained network (adding the frozen networks on the truth's clock).
   auto run_all = [&](const auto& pcost, const auto& on_truth) {
     const std::span<const std::vector<dcp::sequence>> all(batches);
-    const dcp::sim::replay_job job{cost.model.name, device.name, o.tp};
+    const dcp::sim::replay_job job{cost.model.name, device.name};
     for (std::size_t f = 0; f < replays.size(); ++f) dcp::sim::check_replay(replays[f], o.plan_in[f], pcost, all, job);
     constexpr bool plain = std::is_same_v<std::decay_t<decltype(pcost)>, dcp::analytic_cost>;
     auto add_replays = [&](const auto* truth) {
@@ -405,7 +407,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--global-batch-tokens", o.global_batch_tokens, "tokens per global batch (default 262144 * N)");
   app.add_option("--seed", o.seed, "seed of the workload, the sampler and seeded planners")->capture_default_str();
-  app.add_option("--plan-out", o.plan_out, "write the plan JSON (dcp.plan/v2) of the first method, all batches");
+  app.add_option("--plan-out", o.plan_out, "write the plan JSON (dcp.plan/v3) of the first method, all batches");
   app.add_option("--trace-out", o.trace_out, "write a Chrome/Perfetto trace of every method");
   app.add_option("--svg-out", o.svg_out, "write an SVG timeline comparing every method");
   app.add_flag("--json", o.json, "print the table as one JSON object");

@@ -34,7 +34,7 @@
 #include <dcp/group/check_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>
-#include <dcp/group/tp_units.hpp>
+#include <dcp/layout.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>

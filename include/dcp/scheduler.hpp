@@ -46,6 +46,7 @@
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_cache.hpp>
+#include <dcp/layout.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/plan.hpp>
@@ -115,13 +116,15 @@ struct micro_step {
   int ring = 1;               ///< Ulysses x Ring split: sp = ulysses() x ring (DESIGN section 4.3)
   Comm* ulysses_group = nullptr;  ///< with ring > 1 or tp > 1: this rank's Ulysses group (u consecutive units)
   Comm* ring_group = nullptr;     ///< with ring > 1 or tp > 1: this rank's ring (ring units, u apart)
-  int tp = 1;                     ///< GPUs per unit (DESIGN section 4.2)
+  parallel_layout layout{};       ///< the job's layout: GPUs per unit `layout.tp` (DESIGN section 4.2)
   int tp_rank = 0;                ///< this GPU's rank in its unit's TP group
 
   int sp() const noexcept { return ranks.size; }
   int ulysses() const noexcept { return ranks.size / ring; }
+  /// GPUs per unit.
+  int tp() const noexcept { return layout.tp; }
   /// The GPU ranks of the step: its sp units' sp tp GPUs.
-  rank_block gpus() const noexcept { return {ranks.first * tp, ranks.size * tp}; }
+  rank_block gpus() const noexcept { return layout.gpus_of(ranks); }
   /// Every GPU of the step (sp tp of them, in GPU order).
   Comm& comm() const noexcept { return *group; }
   /// The communicator of the step's Ulysses all-to-alls: the GPUs of this TP rank in the u units
@@ -187,7 +190,7 @@ class scheduler {
  private:
   scheduler(Model model, Comm& world, std::optional<cost_type> cost, scheduler_options options, Policies policies)
       : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
-        cost_(make_cost(std::move(cost))), groups_(world, make_groups(), tp_of(cost_)) {
+        cost_(make_cost(std::move(cost))), groups_(world, make_groups(), cost_.layout()) {
     // The bundle's cost and groups slots hold the model and the layout the scheduler plans with.
     policies_.cost = cost_;
     policies_.groups = groups_.groups();
@@ -220,22 +223,24 @@ class scheduler {
   /// The cached group communicators (creation times, entries).
   const group_cache<Comm, groups_type>& groups() const noexcept { return groups_; }
 
-  /// GPUs per planner unit (the cost model's tensor-parallel size) and the expert-parallel size.
-  int tp() const noexcept { return tp_of(cost_); }
-  int ep() const noexcept { return ep_of(cost_); }
+  /// The job's layout (the cost model's), its GPUs per planner unit (the tensor-parallel size)
+  /// and its expert-parallel size.
+  const parallel_layout& layout() const noexcept { return groups_.layout(); }
+  int tp() const noexcept { return layout().tp; }
+  int ep() const noexcept { return layout().ep; }
   /// The run's fixed communicators (DESIGN section 4.4). Collective over the world the first
   /// time any of them is asked for (every rank must ask at the same point), then cached lookups.
   /// This GPU's TP group: the tp GPUs of its unit, in GPU order.
-  Comm& tp_group() { return groups_.parallel_groups(ep()).tp; }
+  Comm& tp_group() { return groups_.parallel_groups().tp; }
   /// Its expert-parallel group (MoE dispatch and combine): the GPUs of its TP rank in the ep
   /// consecutive units [e ep, (e + 1) ep) holding its unit.
-  Comm& ep_group() { return groups_.parallel_groups(ep()).expert; }
+  Comm& ep_group() { return groups_.parallel_groups().expert; }
   /// Its data-parallel group (the gradient reduction; with zero3 the domain its shards live on):
   /// the GPU of its TP rank in every unit, N / tp of them.
-  Comm& data_parallel_group() { return groups_.parallel_groups(ep()).data_parallel; }
+  Comm& data_parallel_group() { return groups_.parallel_groups().data_parallel; }
   /// The GPUs holding the same expert shard (expert gradients reduce here): its TP rank at its
   /// position in every EP group, N / (tp ep) of them.
-  Comm& expert_data_parallel_group() { return groups_.parallel_groups(ep()).expert_data_parallel; }
+  Comm& expert_data_parallel_group() { return groups_.parallel_groups().expert_data_parallel; }
 
   /// Plans a global batch. Pure: no communication, same result on every rank. With calibration
   /// on it is collective instead: every rank's observations of the previous plan are exchanged
@@ -319,8 +324,9 @@ class scheduler {
   /// Collective (creates group communicators the first time a size is used): this rank's
   /// micro-steps of `p`, in execution order.
   std::vector<micro_step<Comm>> steps_for(const dcp::plan& p) {
-    check(p.gpus * p.tp == world_->size() && p.tp == tp(), errc::mismatch, [&] {
-      return "plan for " + std::to_string(p.gpus) + (p.tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(p.tp)) +
+    check(p.gpus == layout().units() && p.layout.tp == tp(), errc::mismatch, [&] {
+      return "plan for " + std::to_string(p.gpus) +
+             (p.layout.tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(p.layout.tp)) +
              " given to a world of " + std::to_string(world_->size()) + " ranks" +
              (tp() == 1 ? std::string() : " with tp = " + std::to_string(tp())) + "; plan with this scheduler";
     });
@@ -330,20 +336,20 @@ class scheduler {
     // Ulysses x Ring splits, the same on every rank (the plan is), smallest first.
     std::vector<std::pair<int, int>> splits;
     for (const auto& s : p.steps)
-      if (s.ring > 1 || p.tp > 1) splits.push_back({s.sp(), s.ring});
+      if (s.ring > 1 || tp() > 1) splits.push_back({s.sp(), s.ring});
     std::sort(splits.begin(), splits.end());
     splits.erase(std::unique(splits.begin(), splits.end()), splits.end());
     for (const auto& [sp, ring] : splits) groups_.prepare_split(sp, ring);
     std::vector<micro_step<Comm>> out;
-    const int unit = world_->rank() / p.tp;
+    const int unit = layout().unit_of(world_->rank());
     for (std::size_t i : p.steps_of(unit)) {
       const auto& s = p.steps[i];
       out.push_back({i, s.ranks, unit - s.ranks.first, s.checkpointed_blocks, s.start_s, s.time_s,
                      std::span<const planned_sequence>(s.sequences), &groups_.comm_for(s.ranks)});
       out.back().ring = s.ring;
-      out.back().tp = p.tp;
-      out.back().tp_rank = world_->rank() % p.tp;
-      if (s.ring > 1 || p.tp > 1) {
+      out.back().layout = layout();
+      out.back().tp_rank = layout().tp_rank_of(world_->rank());
+      if (s.ring > 1 || tp() > 1) {
         out.back().ulysses_group = &groups_.ulysses_for(s.ranks, s.ring);
         out.back().ring_group = &groups_.ring_for(s.ranks, s.ring);
       }
@@ -396,9 +402,9 @@ class scheduler {
     if (!given && !(policies_.cost == cost_type{})) given = policies_.cost;
     if constexpr (buildable_cost<cost_type, Model>)
       if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
-    check(given->gpus() * tp_of(*given) == world_->size(), errc::mismatch, [&] {
+    check(given->layout().gpus == world_->size(), errc::mismatch, [&] {
       return "the cost model is for " + std::to_string(given->gpus()) +
-             (tp_of(*given) == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(tp_of(*given)) + " GPUs") +
+             (given->layout().tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(given->layout().tp) + " GPUs") +
              " but the world has " + std::to_string(world_->size()) + " ranks; build it for this job";
     });
     return std::move(*given);
@@ -480,7 +486,7 @@ class scheduler {
       std::ostringstream os;
       os << "scheduler: the groups slot holds " << g << ", laying out " << g.gpus() << " units, " << g.gpus_per_node()
          << " per node, but the world of " << world_->size() << " ranks has " << cost_.gpus() << " units, "
-         << cost_.gpus_per_node() << " per node (a unit is a TP group of " << world_->size() / std::max(1, cost_.gpus())
+         << cost_.gpus_per_node() << " per node (a unit is a TP group of " << cost_.layout().tp
          << " GPUs); build the manager for this world, or leave the slot default-constructed";
       return os.str();
     });

@@ -114,7 +114,7 @@ TEST(cost_sum, every_step_lasts_at_least_the_trained_models_floor) {
   };
   for (const char* model : {"wan2.1-14b", "cogvideox-5b"})
     for (auto sharding : {dcp::sharding_kind::zero3, dcp::sharding_kind::zero1}) {
-      const auto a = dcp::make_analytic_cost(dcp::models::preset(model), d, 64, {1, 1, sharding, 1});
+      const auto a = dcp::make_analytic_cost(dcp::models::preset(model), d, {.gpus = 64, .gpus_per_node = d.gpus_per_node, .sharding = sharding});
       const std::size_t pick = std::size_t(g.between(1, 3));  // t5, vae or both
       std::vector<dcp::forward_network> some;
       for (std::size_t f = 0; f < nets.size(); ++f)

@@ -313,7 +313,7 @@ TEST(AnalyticCostProperties, MemoryGrowsWithTokensAndFallsWithSp) {
     }
     // Static memory falls with N (the optimizer state shards over all GPUs).
     auto wider = c;
-    wider.world = c.world * 2;
+    wider.parallel.gpus = c.parallel.gpus * 2;
     EXPECT_LT(wider.static_memory(), c.static_memory());
   }
 }

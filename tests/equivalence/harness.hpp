@@ -143,7 +143,9 @@ inline setup ring_setup(bool causal, int max_len = 200) {
 /// The dcp planner over an analytic cost model whose rings reach `ring`.
 inline dcp::default_policies ring_policies(const setup& s, int world, int ring) {
   dcp::default_policies p;
-  p.cost = dcp::make_analytic_cost(s.spec(), s.options(world).device, world, dcp::parallel_layout{.ring = ring});
+  const dcp::device_spec device = s.options(world).device;
+  p.cost = dcp::make_analytic_cost(s.spec(), device,
+                                   dcp::parallel_layout{.gpus = world, .gpus_per_node = device.gpus_per_node, .ring = ring});
   return p;
 }
 /// The longest sequence of the run's batches that no step without a ring can hold: it does

@@ -388,10 +388,10 @@ const std::vector<entry>& catalogue() {
        }},
       {"tp-not-dividing", "invalid_argument", "tp = 3 must be a power of two dividing gpus_per_node = 8",
        [] {
-         return lib([] { dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), 128, {3, 1, {}}); });
+         return lib([] { dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), {.gpus = 128, .tp = 3}); });
        }},
       {"ep-on-dense-model", "invalid_argument", "ep = 8 needs a MoE model (experts > 0)",
-       [] { return lib([] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 64, {1, 8, {}}); }); }},
+       [] { return lib([] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), {.gpus = 64, .ep = 8}); }); }},
       {"unknown-sharding", "invalid_argument", "unknown sharding 'zero2'; use replicated, zero1 or zero3",
        [] { return lib([] { (void)dcp::sharding_of("zero2"); }); }},
       {"model-config-missing-field", "parse_error", "missing field 'num_hidden_layers'",
@@ -608,7 +608,7 @@ const std::vector<entry>& catalogue() {
          });
        }},
       {"plan-json-format", "parse_error",
-       "dcp.plan 'plan.json': unknown format 'dcp.plan/v0'; expected \"dcp.plan/v2\" (or \"dcp.plan/v1\")",
+       "dcp.plan 'plan.json': unknown format 'dcp.plan/v0'; expected \"dcp.plan/v3\" (or \"dcp.plan/v2\", \"dcp.plan/v1\")",
        [] { return read_plan_text(plan_text("0", "[0, 1]", "dcp.plan/v0")); }},
       {"plan-json-round-negative", "parse_error", "field 'batch 0 step 0 round' = -1 is not an integer in [0, ",
        [] { return read_plan_text(plan_text("-1", "[0, 1]")); }},

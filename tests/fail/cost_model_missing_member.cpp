@@ -25,6 +25,7 @@ struct wrapped_cost {
 #endif
   double capacity() const noexcept { return inner.capacity(); }
   int blocks() const noexcept { return inner.blocks(); }
+  const dcp::parallel_layout& layout() const noexcept { return inner.layout(); }
   int gpus() const noexcept { return inner.gpus(); }
   int gpus_per_node() const noexcept { return inner.gpus_per_node(); }
   int heads() const noexcept { return inner.heads(); }

@@ -25,9 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Write the plans back with the document's header and read them again.
   nlohmann::ordered_json again = {{"format", dcp::sim::plan_format},
                                   {"method", doc.method},
-                                  {"gpus", doc.gpus},
-                                  {"gpus_per_node", doc.gpus_per_node},
-                                  {"tp", doc.tp},
+                                  {"layout", dcp::sim::to_json(doc.layout)},
                                   {"memory_capacity_bytes", doc.memory_capacity_bytes},
                                   {"model", {{"name", doc.model}}},
                                   {"device", {{"name", doc.device}}}};

@@ -20,7 +20,6 @@
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/error.hpp>
-#include <dcp/group/tp_units.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/bucket_planner.hpp>
@@ -109,7 +108,7 @@ struct reference {
 };
 
 dcp::analytic_cost make(const dcp::transformer_spec& m, int N, int tp, int ep, sharding_kind sh) {
-  return dcp::make_analytic_cost(m, dcp::devices::h200(), N, {tp, ep, sh});
+  return dcp::make_analytic_cost(m, dcp::devices::h200(), {.gpus = N, .tp = tp, .ep = ep, .sharding = sh});
 }
 
 // ---- Presets ----
@@ -248,7 +247,7 @@ TEST(ModelFormulas, LayoutValidationNamesTheValue) {
   EXPECT_DCP_ERROR((void)make(llama, 128, 3, 1, sharding_kind::zero3), invalid, "tp = 3");
   auto big_node = dcp::devices::h200();
   big_node.gpus_per_node = 16;
-  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(llama, big_node, 128, {16, 1, sharding_kind::zero3}), invalid,
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(llama, big_node, {.gpus = 128, .gpus_per_node = 16, .tp = 16, .sharding = sharding_kind::zero3}), invalid,
                    "kv_heads = 8");
   EXPECT_DCP_ERROR((void)make(llama, 128, 8, 2, sharding_kind::zero3), invalid, "ep = 2 needs a MoE model");
   EXPECT_DCP_ERROR((void)make(dcp::models::qwen3_30b_a3b(), 64, 1, 3, sharding_kind::zero1), invalid, "ep = 3");
@@ -392,19 +391,19 @@ TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
 // ---- Plan laws on TP units, zero3 and expert parallelism ----
 
 void check_gpu_layout(const dcp::plan& p, const dcp::analytic_cost& cost, const char* what) {
-  const dcp::tp_units units{cost.tp};
-  const int G = cost.device.gpus_per_node;
+  const dcp::parallel_layout& units = cost.layout();
+  const int G = units.gpus_per_node;
   for (const auto& st : p.steps) {
     const auto gpus = units.gpus_of(st.ranks);
-    EXPECT_EQ(gpus.size, st.sp() * cost.tp) << what;
+    EXPECT_EQ(gpus.size, st.sp() * units.tp) << what;
     EXPECT_EQ(gpus.first % gpus.size, 0) << what << ": GPU block " << gpus << " not aligned";
-    EXPECT_LE(gpus.end(), cost.world) << what;
+    EXPECT_LE(gpus.end(), units.gpus) << what;
     if (gpus.size <= G) {
       EXPECT_EQ(gpus.first / G, (gpus.end() - 1) / G) << what << ": " << gpus << " straddles nodes";
     }
     for (int r = gpus.first; r < gpus.end(); ++r) {
       EXPECT_TRUE(st.ranks.contains(units.unit_of(r))) << what;
-      EXPECT_EQ(units.tp_group_of(r).first / cost.tp, units.unit_of(r)) << what;
+      EXPECT_EQ(units.tp_group_of(r).first / units.tp, units.unit_of(r)) << what;
     }
   }
 }

@@ -278,7 +278,7 @@ TEST(group_manager, managers_lay_out_tp_units) {
   dcp_test::rng r(23);
   dcp::device_spec d = dcp::devices::h200();
   d.gpus_per_node = 4;
-  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), d, 16, {.tp = 2});
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), d, {.gpus = 16, .gpus_per_node = 4, .tp = 2});
   ASSERT_EQ(c.gpus(), 8);
   ASSERT_EQ(c.gpus_per_node(), 2);
   const node_local_groups local{8, 2};

@@ -41,13 +41,9 @@ dcp::analytic_cost random_cost(rng& g, dcp::sharding_kind sharding) {
                                                            dcp::models::llama3_8b(), dcp::models::llama3_70b()};
   for (;;) {
     const std::size_t m = static_cast<std::size_t>(g.between(0, 3));
-    dcp::parallel_layout layout;
-    layout.sharding = sharding;
-    layout.tp = m == 3 ? 8 : 1;
-    const int gpus = 8 << g.between(0, 4);
-    const dcp::analytic_cost c{models[m], g.between(0, 1) ? dcp::devices::h200() : dcp::devices::h100(), gpus,
-                               layout.tp, layout.ep, layout.sharding, layout.ring};
-    if (c.static_memory() < c.capacity()) return dcp::make_analytic_cost(c.model, c.device, gpus, layout);
+    const dcp::parallel_layout layout{.gpus = 8 << g.between(0, 4), .tp = m == 3 ? 8 : 1, .sharding = sharding};
+    const dcp::analytic_cost c{models[m], g.between(0, 1) ? dcp::devices::h200() : dcp::devices::h100(), layout};
+    if (c.static_memory() < c.capacity()) return dcp::make_analytic_cost(c.model, c.device, layout);
   }
 }
 

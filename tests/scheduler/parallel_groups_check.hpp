@@ -79,7 +79,7 @@ std::vector<std::string> check_parallel_groups(Comm& world, const layout_case& c
   dcp::device_spec dev = dcp::devices::h200();
   dev.gpus_per_node = c.gpus_per_node;
   const auto model = tiny_moe();
-  const auto cost = dcp::make_analytic_cost(model, dev, c.gpus, {.tp = c.tp, .ep = c.ep});
+  const auto cost = dcp::make_analytic_cost(model, dev, {.gpus = c.gpus, .gpus_per_node = dev.gpus_per_node, .tp = c.tp, .ep = c.ep});
   dcp::scheduler_options opt;
   opt.device = dev;
   dcp::scheduler<dcp::transformer_spec, Comm> sched(model, world, cost, opt);
@@ -123,7 +123,8 @@ std::vector<std::string> check_parallel_groups(Comm& world, const layout_case& c
   std::mt19937_64 rng(seed);
   const int units = c.gpus / c.tp;
   dcp::plan p;
-  p.method = "groups", p.gpus = units, p.gpus_per_node = std::max(1, c.gpus_per_node / c.tp), p.tp = c.tp;
+  p.method = "groups", p.gpus = units, p.gpus_per_node = std::max(1, c.gpus_per_node / c.tp);
+  p.layout = sched.layout();
   for (int sp = 1; sp <= units; sp *= 2)
     for (int b = 0; b < units / sp; ++b) {
       dcp::plan_step st;
@@ -141,7 +142,7 @@ std::vector<std::string> check_parallel_groups(Comm& world, const layout_case& c
     for (int g = s.gpus().first; g < s.gpus().end(); ++g) all.push_back(g);
     for (int a = 0; a < u; ++a) uly.push_back((f + pos / u * u + a) * c.tp + t);
     for (int b = 0; b < r; ++b) ring.push_back((f + pos % u + b * u) * c.tp + t);
-    if (s.group_rank != pos || s.tp_rank != t || s.tp != c.tp) fail("step " + std::to_string(s.index) + " positions");
+    if (s.group_rank != pos || s.tp_rank != t || s.tp() != c.tp) fail("step " + std::to_string(s.index) + " positions");
     std::int64_t sum = 0;
     const std::string where = "step sp " + std::to_string(sp) + " = " + std::to_string(u) + " x " + std::to_string(r);
     if (const auto got = members_of(s.comm(), rank, sum); got != all) fail(where + " group " + show(got) + " != " + show(all));

@@ -61,12 +61,12 @@ TEST(parallel_groups, a_tp_plan_runs_on_every_gpu_of_its_units) {
     opt.device = dev;
     const auto model = dcp_test::tiny_moe();
     dcp::scheduler<dcp::transformer_spec, dcp::local_comm> sched(
-        model, world, dcp::make_analytic_cost(model, dev, 8, {.tp = 2, .ep = 2}), opt);
+        model, world, dcp::make_analytic_cost(model, dev, {.gpus = 8, .gpus_per_node = dev.gpus_per_node, .tp = 2, .ep = 2}), opt);
     std::vector<dcp::sequence> batch;
     for (int i = 0; i < 12; ++i) batch.push_back(dcp::make_sequence(i, 1000 + 7000 * (i % 5)));
     const auto p = sched.plan(batch);
     sched.verify(p);
-    EXPECT_EQ(p.tp, 2);
+    EXPECT_EQ(p.layout.tp, 2);
     EXPECT_EQ(p.gpus, 4);
     const auto steps = sched.steps_for(p);
     expected[static_cast<std::size_t>(world.rank())] = p.steps_of(world.rank() / 2).size();
@@ -92,11 +92,11 @@ TEST(parallel_groups, ep_is_fixed_for_the_run_and_a_plan_of_another_tp_is_refuse
     opt.device = dev;
     const auto model = dcp_test::tiny_moe();
     dcp::scheduler<dcp::transformer_spec, dcp::local_comm> sched(
-        model, world, dcp::make_analytic_cost(model, dev, 4, {.tp = 2}), opt);
+        model, world, dcp::make_analytic_cost(model, dev, {.gpus = 4, .gpus_per_node = dev.gpus_per_node, .tp = 2}), opt);
     EXPECT_EQ(sched.tp(), 2);
     EXPECT_EQ(sched.tp_group().size(), 2);
     dcp::plan p;
-    p.gpus = 4, p.tp = 1;  // a tp = 1 plan of 4 GPUs
+    p.gpus = 4, p.layout.tp = 1;  // a tp = 1 plan of 4 GPUs
     try {
       (void)sched.steps_for(p);
       ADD_FAILURE() << "a plan of another tp ran";
@@ -107,7 +107,7 @@ TEST(parallel_groups, ep_is_fixed_for_the_run_and_a_plan_of_another_tp_is_refuse
     // A cost model of the wrong size names units.
     try {
       dcp::scheduler<dcp::transformer_spec, dcp::local_comm> wrong(
-          model, world, dcp::make_analytic_cost(model, dev, 8, {.tp = 2}), opt);
+          model, world, dcp::make_analytic_cost(model, dev, {.gpus = 8, .gpus_per_node = dev.gpus_per_node, .tp = 2}), opt);
       ADD_FAILURE() << "a cost model of 8 GPUs ran on 4";
     } catch (const dcp::error& e) {
       EXPECT_NE(std::string(e.what()).find("4 units of tp = 2 GPUs"), std::string::npos) << e.what();

@@ -131,7 +131,7 @@ TEST(Replay, APlanFileReproducesItsMethodOnTheModelAndOnATruth) {
   const video_run run;
   const auto batches = run.batches(run.cost);
   const std::span<const std::vector<sequence>> all(batches);
-  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, 1};
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
   const auto truth = dcp::sim::make_truth(dcp::sim::parse_truth_spec("attention=1.3,slow_gpus=3:0.8,jitter=0.05"),
                                           run.cost, 11);
   dcp::sim::options opt;
@@ -157,7 +157,7 @@ TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
   const video_run run;
   const auto batches = run.batches(run.cost);
   const std::span<const std::vector<sequence>> all(batches);
-  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, 1};
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
   dcp::sim::options opt;
   opt.keep_plans = true;
   const auto made = dcp::sim::run_method("dcp", run.cost, run.data, all, {}, opt);
@@ -170,10 +170,12 @@ TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
   const auto bigger = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 16);
   EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", bigger, all, job), dcp::errc::mismatch,
                    "plan file 'f.json': made for 8 GPUs, this run has 16", "--gpus 8");
-  EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", run.cost, all, {"llama3-8b", "h200", 1}),
+  EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", run.cost, all, {"llama3-8b", "h200"}),
                    dcp::errc::mismatch, "made for model 'stdit3-xl', this run plans 'llama3-8b'");
-  EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", run.cost, all, {"stdit3-xl", "h200", 2}),
-                   dcp::errc::mismatch, "tp = 1, this run has tp = 2");
+  auto zero3 = run.cost;
+  zero3.parallel.sharding = dcp::sharding_kind::zero3;
+  EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", zero3, all, job), dcp::errc::mismatch,
+                   "made for parallel_layout{N=8, G=8}, this run has parallel_layout{N=8, G=8, zero3}", "--sharding");
   EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", run.cost, all.first(all.size() - 1), job),
                    dcp::errc::mismatch, "batches, this run has " + std::to_string(all.size() - 1));
   // A step slower than the model says, and a sequence dropped from a step.
@@ -194,7 +196,7 @@ TEST(Replay, APlanFileRecordsItsFrozenNetworksAndTheRunUsesThem) {
   const auto sum = dcp::make_cost_sum(run.cost, nets);
   const auto batches = run.batches(sum);
   const std::span<const std::vector<sequence>> all(batches);
-  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, 1};
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
   dcp::sim::options opt;
   opt.keep_plans = true;
   const auto made = dcp::sim::run_method("packed", sum, run.data, all, {}, opt);

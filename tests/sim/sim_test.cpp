@@ -161,13 +161,15 @@ TEST(PlanJson, HasExactlyTheDesignFieldsAndEverySequenceOnce) {
   dcp::sim::write_plan_json(os, run.cost, std::span<const dcp::plan>(r.plans));
   const json doc = json::parse(os.str());
 
-  EXPECT_EQ(keys(doc), (std::set<std::string>{"format", "method", "gpus", "gpus_per_node", "tp", "memory_capacity_bytes",
-                                              "model", "device", "batches"}));
-  EXPECT_EQ(doc["format"], "dcp.plan/v2");
-  EXPECT_EQ(doc["tp"], 1);
+  EXPECT_EQ(keys(doc),
+            (std::set<std::string>{"format", "method", "layout", "memory_capacity_bytes", "model", "device", "batches"}));
+  EXPECT_EQ(doc["format"], "dcp.plan/v3");
+  EXPECT_EQ(keys(doc["layout"]), (std::set<std::string>{"gpus", "gpus_per_node", "tp", "ep", "sharding", "ring"}));
+  EXPECT_EQ(doc["layout"]["tp"], 1);
   EXPECT_EQ(doc["method"], "bucket");
-  EXPECT_EQ(doc["gpus"], 8);
-  EXPECT_EQ(doc["gpus_per_node"], 8);
+  EXPECT_EQ(doc["layout"]["gpus"], 8);
+  EXPECT_EQ(doc["layout"]["gpus_per_node"], 8);
+  EXPECT_EQ(doc["layout"]["sharding"], "zero1");
   EXPECT_DOUBLE_EQ(doc["memory_capacity_bytes"].get<double>(), run.cost.capacity());
   EXPECT_EQ(doc["model"]["name"], "stdit3-xl");
   EXPECT_EQ(doc["model"]["blocks"], 56);
@@ -222,18 +224,18 @@ TEST(PlanJson, ListsSkippedSequencesOnlyWhenThereAreSome) {
 // plan, its JSON, trace and SVG, and its Ulysses x Ring steps' u x r; it reads back equal; a
 // dcp.plan/v1 file (no "tp") reads as tp = 1; a v2 file needs a power-of-two tp.
 TEST(PlanJson, RecordsTpAndUlyssesTimesRingAndReadsV1) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), 128,
-                                            {.tp = 8, .sharding = dcp::sharding_kind::zero3, .ring = 2});
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(),
+                                            {.gpus = 128, .tp = 8, .sharding = dcp::sharding_kind::zero3, .ring = 2});
   const std::vector<dcp::sequence> batch = {dcp::make_sequence(1, 600000), dcp::make_sequence(2, 9000),
                                             dcp::make_sequence(3, 2000)};
   const auto p = dcp::dcp_planner{}.plan(cost, std::span<const dcp::sequence>(batch));
-  ASSERT_EQ(p.tp, 8);
+  ASSERT_EQ(p.layout, cost.layout());
   ASSERT_EQ(p.gpus, 16);
   EXPECT_TRUE(dcp::plan_violations(p, batch, cost).empty());
   const auto ring_step = std::find_if(p.steps.begin(), p.steps.end(), [](const auto& s) { return s.ring > 1; });
   ASSERT_NE(ring_step, p.steps.end()) << "600k tokens need more than 8 units (8 heads per TP rank)";
   auto tp1 = p;
-  tp1.tp = 1;
+  tp1.layout.tp = 1;
   EXPECT_NE(tp1.hash(), p.hash()) << "tp is part of what executes";
   const auto v = dcp::plan_violations(tp1, batch, cost);
   ASSERT_EQ(v.size(), 1u);
@@ -242,35 +244,57 @@ TEST(PlanJson, RecordsTpAndUlyssesTimesRingAndReadsV1) {
   std::stringstream ss;
   dcp::sim::write_plan_json(ss, cost, std::span<const dcp::plan>(&p, 1));
   const json j = json::parse(ss.str());
-  EXPECT_EQ(j["format"], "dcp.plan/v2");
-  EXPECT_EQ(j["tp"], 8);
-  EXPECT_EQ(j["gpus"], 16);
+  EXPECT_EQ(j["format"], "dcp.plan/v3");
+  EXPECT_EQ(j["layout"], json({{"gpus", 128}, {"gpus_per_node", 8}, {"tp", 8}, {"ep", 1}, {"sharding", "zero3"}, {"ring", 2}}));
+  EXPECT_FALSE(j.contains("tp")) << "the layout is the one record of tp";
   EXPECT_EQ(j["model"]["kv_heads"], 8);
   const json& js = j["batches"][0]["steps"][static_cast<std::size_t>(ring_step - p.steps.begin())];
   EXPECT_EQ(js["ring"].get<int>() * (js["sp"].get<int>() / js["ring"].get<int>()), ring_step->sp());
   std::istringstream in(ss.str());
   const auto doc = dcp::sim::read_plan_json(in, "tp");
-  EXPECT_EQ(doc.tp, 8);
+  EXPECT_EQ(doc.layout, cost.layout());
+  EXPECT_TRUE(doc.full_layout);
+  EXPECT_EQ(doc.gpus, 16);
   ASSERT_EQ(doc.plans.size(), 1u);
-  EXPECT_EQ(doc.plans[0].tp, 8);
+  EXPECT_EQ(doc.plans[0].layout, cost.layout());
   EXPECT_EQ(doc.plans[0].steps, p.steps);
   EXPECT_EQ(doc.plans[0].hash(), p.hash());
 
-  json v1 = j;
+  // v2: units and tp at the top, no layout; v1: no tp either (tp = 1).
+  json v2 = j;
+  v2["format"] = "dcp.plan/v2";
+  v2.erase("layout");
+  v2["gpus"] = 16, v2["gpus_per_node"] = 1, v2["tp"] = 8;
+  std::istringstream in_v2(v2.dump());
+  const auto older = dcp::sim::read_plan_json(in_v2, "v2");
+  EXPECT_FALSE(older.full_layout);
+  EXPECT_EQ(older.layout, (dcp::parallel_layout{.gpus = 128, .gpus_per_node = 8, .tp = 8}));
+  EXPECT_EQ(older.plans[0].steps, p.steps);
+  EXPECT_EQ(older.plans[0].hash(), p.hash()) << "the hash counts tp, not ep, sharding or ring";
+  json v1 = v2;
   v1["format"] = "dcp.plan/v1";
   v1.erase("tp");
   std::istringstream in1(v1.dump());
   const auto old = dcp::sim::read_plan_json(in1, "v1");
-  EXPECT_EQ(old.tp, 1);
-  EXPECT_EQ(old.plans[0].tp, 1);
+  EXPECT_EQ(old.layout.tp, 1);
+  EXPECT_EQ(old.plans[0].layout.tp, 1);
   EXPECT_EQ(old.plans[0].steps, p.steps);
   for (const json& bad : {json(nullptr), json(3), json(0)}) {
-    json v2 = j;
-    if (bad.is_null()) v2.erase("tp");
-    else v2["tp"] = bad;
-    std::istringstream in2(v2.dump());
+    json w = v2;
+    if (bad.is_null()) w.erase("tp");
+    else w["tp"] = bad;
+    std::istringstream in2(w.dump());
     EXPECT_DCP_ERROR(dcp::sim::read_plan_json(in2, "v2"), dcp::errc::parse_error, "tp");
+    json l = j;
+    if (bad.is_null()) l["layout"].erase("tp");
+    else l["layout"]["tp"] = bad;
+    std::istringstream in3(l.dump());
+    EXPECT_DCP_ERROR(dcp::sim::read_plan_json(in3, "v3"), dcp::errc::parse_error, "tp");
   }
+  json bad_sharding = j;
+  bad_sharding["layout"]["sharding"] = "zero2";
+  std::istringstream in4(bad_sharding.dump());
+  EXPECT_DCP_ERROR(dcp::sim::read_plan_json(in4, "v3"), dcp::errc::parse_error, "layout sharding");
 
   const std::vector<dcp::sim::timeline> runs{{"dcp", std::span<const dcp::plan>(&p, 1)}};
   std::ostringstream trace;

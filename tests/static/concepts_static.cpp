@@ -103,6 +103,7 @@ struct cost_look_alike : opt_in<Tag> {
   double time(const load_type&, int, int) const;
   double memory(const load_type&, int, int) const;
   double work_floor(const load_type&, int, int) const;
+  dcp::parallel_layout layout() const;
   double capacity() const;
   int blocks() const;
   int gpus() const;

@@ -110,8 +110,8 @@ TEST(ScaledCost, UnitScalesAreBitIdenticalToTheAnalyticModel) {
   for (auto model : dcp::models::preset_names)
     for (const layout& v : {layout{1, 1, dcp::sharding_kind::zero1}, layout{2, 1, dcp::sharding_kind::zero3},
                             layout{1, 4, dcp::sharding_kind::replicated}, layout{4, 2, dcp::sharding_kind::zero1}}) {
-    dcp::analytic_cost base{dcp::models::preset(model), dcp::devices::h200(), 64};
-    base.tp = v.tp, base.ep = v.ep, base.sharding = v.sharding;
+    const dcp::analytic_cost base{dcp::models::preset(model), dcp::devices::h200(),
+                                  {.gpus = 64, .tp = v.tp, .ep = v.ep, .sharding = v.sharding}};
     // A filter, not an expectation: skip a layout this model cannot take (experts on a dense model, ...).
     try {
       base.validate();
@@ -181,10 +181,12 @@ TEST(ScaledCost, EveryStepLastsAtLeastTheScaledFloor) {
     dcp::parallel_layout layout;
   };
   const dcp::sharding_kind z3 = dcp::sharding_kind::zero3;
-  for (const job& j : {job{"wan2.1-14b", 64, {1, 1, z3, 1}}, job{"llama3-70b", 64, {8, 1, z3, 1}},
-                       job{"cogvideox-5b", 32, {1, 1, z3, 4}}, job{"qwen3-30b-a3b", 32, {1, 8, z3, 1}},
-                       job{"wan2.1-14b", 64, {1, 1, dcp::sharding_kind::zero1, 1}}}) {
-    const auto base = dcp::make_analytic_cost(dcp::models::preset(j.model), dcp::devices::h200(), j.gpus, j.layout);
+  for (const job& j : {job{"wan2.1-14b", 64, {.sharding = z3}}, job{"llama3-70b", 64, {.tp = 8, .sharding = z3}},
+                       job{"cogvideox-5b", 32, {.sharding = z3, .ring = 4}}, job{"qwen3-30b-a3b", 32, {.ep = 8, .sharding = z3}},
+                       job{"wan2.1-14b", 64, {.sharding = dcp::sharding_kind::zero1}}}) {
+    dcp::parallel_layout layout = j.layout;
+    layout.gpus = j.gpus;
+    const auto base = dcp::make_analytic_cost(dcp::models::preset(j.model), dcp::devices::h200(), layout);
     for (int trial = 0; trial < 8; ++trial) {
       const dcp::scaled_analytic_cost c{base, {factor(), factor(), factor(), factor(), factor(), factor()}};
       SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << c);

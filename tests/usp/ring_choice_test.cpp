@@ -28,8 +28,8 @@ using dcp::analytic_cost;
 using dcp::sharding_kind;
 
 analytic_cost make(const std::string& model, int gpus, int tp, int ring, sharding_kind sharding = sharding_kind::zero1) {
-  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus,
-                                 dcp::parallel_layout{tp, 1, sharding, ring});
+  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(),
+                                 {.gpus = gpus, .tp = tp, .sharding = sharding, .ring = ring});
 }
 
 dcp::analytic_load load_of(const analytic_cost& c, std::span<const dcp::sequence> seqs) {
@@ -59,7 +59,7 @@ dcp::sequence random_sequence(const analytic_cost& c, dcp::xoshiro256ss& g, std:
 double reference_time(const analytic_cost& c, std::span<const dcp::sequence> seqs, int sp, int k, int r) {
   const auto& m = c.model;
   const auto& dv = c.device;
-  const double L = m.blocks, h = static_cast<double>(m.hidden), tp = c.tp;
+  const double L = m.blocks, h = static_cast<double>(m.hidden), tp = c.parallel.tp;
   const double d = m.head_dim > 0 ? m.head_dim : h / m.heads;
   const int kvh = m.kv_heads > 0 ? m.kv_heads : m.heads;
   const double q = m.heads * d, kv = kvh * d, ct = m.cross_attention_tokens;
@@ -86,17 +86,17 @@ double reference_time(const analytic_cost& c, std::span<const dcp::sequence> seq
   const double t_comp = (3 + k / L) * f / (sp * tp * dv.peak * eff);
   double t_u = 0;
   if (u > 1) {
-    const double w = two_d ? h / tp : (2 * q / tp + 2 * (kvh / c.tp >= u ? kv / tp : d * u)) / 4;
+    const double w = two_d ? h / tp : (2 * q / tp + 2 * (kvh / c.parallel.tp >= u ? kv / tp : d * u)) / 4;
     t_u = (two_d ? 2 : 4) * (2 * L + k) * (dv.alpha + 2 * w * x * (u - 1) / u / bw(u * tp));
   }
   double t_att = 0, t_ring = 0;
   if (r > 1) {
     t_att = (3 + k / L) * a_ring / (sp * tp * dv.peak * eff);
-    const double kv_u = kvh / c.tp >= u ? kv / (tp * u) : d;
+    const double kv_u = kvh / c.parallel.tp >= u ? kv / (tp * u) : d;
     t_ring = (two_d ? 0.5 : 1.0) * (3 * L + k) * (r - 1) * (dv.alpha + 4 * kv_u * n_tok / r / bw(sp * tp));
   }
   double t_tp = 0;
-  if (c.tp > 1) t_tp = (ct > 0 ? 6 : 4) * (2 * L + k) * (dv.alpha + 2 * h * x * (tp - 1) / tp / dv.bw_intra);
+  if (c.parallel.tp > 1) t_tp = (ct > 0 ? 6 : 4) * (2 * L + k) * (dv.alpha + 2 * h * x * (tp - 1) / tp / dv.bw_intra);
   return t_comp - t_att + std::max(t_att, t_ring) + t_u + t_tp + dv.tau * (3 * L + k);
 }
 
@@ -184,8 +184,8 @@ TEST(RingChoice, ZeroThreeBoundsStayBelowEveryPlanner) {
   // set the time of a full step, so the share binds on a batch of 1.5 x_max tokens per unit.
   auto slow = dcp::devices::h200();
   slow.bw_inter = 1e9;
-  const auto gather_bound = dcp::make_analytic_cost(dcp::models::preset("llama3-8b"), slow, 16,
-                                                    dcp::parallel_layout{1, 1, sharding_kind::zero3, 1});
+  const auto gather_bound =
+      dcp::make_analytic_cost(dcp::models::preset("llama3-8b"), slow, {.gpus = 16, .sharding = sharding_kind::zero3});
   const analytic_cost costs[] = {make("llama3-8b", 32, 1, 1, sharding_kind::zero3),
                                  make("llama3-70b", 128, 8, 1, sharding_kind::zero3),
                                  make("wan2.1-14b", 64, 1, 1, sharding_kind::zero3),

@@ -35,21 +35,20 @@ using dcp::analytic_cost;
 using dcp::sharding_kind;
 
 analytic_cost make(const std::string& model, int gpus, int tp, int ring) {
-  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus,
-                                 dcp::parallel_layout{tp, 1, sharding_kind::zero1, ring});
+  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), {.gpus = gpus, .tp = tp, .ring = ring});
 }
 
 // Section 4.3 transcribed from the text, independently of analytic_cost::time (zero1, ep = 1).
 double reference_time(const analytic_cost& c, std::span<const dcp::sequence> seqs, int sp, int k) {
   const auto& m = c.model;
   const auto& dv = c.device;
-  const double L = m.blocks, h = static_cast<double>(m.hidden), tp = c.tp;
+  const double L = m.blocks, h = static_cast<double>(m.hidden), tp = c.parallel.tp;
   const double d = m.head_dim > 0 ? m.head_dim : h / m.heads;
   const int kvh = m.kv_heads > 0 ? m.kv_heads : m.heads;
   const double q = m.heads * d, kv = kvh * d;
   int u = 1;  // the largest divisor of sp that divides heads / tp: gcd(sp, heads / tp)
   for (int v = 1; v <= sp; ++v)
-    if (sp % v == 0 && (m.heads / c.tp) % v == 0) u = v;
+    if (sp % v == 0 && (m.heads / c.parallel.tp) % v == 0) u = v;
   const int r = sp / u;
   double n_tok = 0, a = 0;
   for (const auto& s : seqs) {
@@ -64,16 +63,16 @@ double reference_time(const analytic_cost& c, std::span<const dcp::sequence> seq
   const double t_att = (3 + k / L) * a / (sp * tp * dv.peak * eff);
   double t_u = 0;
   if (u > 1) {
-    const double w = (2 * q / tp + 2 * (kvh / c.tp >= u ? kv / tp : d * u)) / 4;
+    const double w = (2 * q / tp + 2 * (kvh / c.parallel.tp >= u ? kv / tp : d * u)) / 4;
     t_u = 4 * (2 * L + k) * (dv.alpha + 2 * w * x * (u - 1) / u / bw(u * tp));
   }
   double t_ring = 0;
   if (r > 1) {
-    const double kv_u = kvh / c.tp >= u ? kv / (tp * u) : d;
+    const double kv_u = kvh / c.parallel.tp >= u ? kv / (tp * u) : d;
     t_ring = (3 * L + k) * (r - 1) * (dv.alpha + 4 * kv_u * n_tok / r / bw(sp * tp));
   }
   double t_tp = 0;
-  if (c.tp > 1) t_tp = 4 * (2 * L + k) * (dv.alpha + 2 * h * x * (tp - 1) / tp / dv.bw_intra);
+  if (c.parallel.tp > 1) t_tp = 4 * (2 * L + k) * (dv.alpha + 2 * h * x * (tp - 1) / tp / dv.bw_intra);
   return t_comp - t_att + std::max(t_att, t_ring) + t_u + t_tp + dv.tau * (3 * L + k);
 }
 

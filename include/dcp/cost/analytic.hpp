@@ -10,6 +10,7 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
+#include <dcp/layout.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/sequence.hpp>
 
@@ -33,35 +34,10 @@ struct analytic_load {
   friend constexpr bool operator==(const analytic_load&, const analytic_load&) = default;
 };
 
-/// How weights, gradients and optimizer state are laid out over the data-parallel domain
-/// (DESIGN section 4.2).
-enum class sharding_kind {
-  replicated,  ///< bf16 weights and grads and fp32 master + Adam on every GPU
-  zero1,       ///< bf16 weights and grads replicated, fp32 master + Adam sharded (the default)
-  zero3,       ///< everything sharded; each block's weights gathered before its forward and backward
-};
-
-inline const char* to_string(sharding_kind s) noexcept {
-  switch (s) {
-    case sharding_kind::replicated: return "replicated";
-    case sharding_kind::zero1: return "zero1";
-    case sharding_kind::zero3: return "zero3";
-  }
-  return "?";
-}
-inline std::ostream& operator<<(std::ostream& os, sharding_kind s) { return os << to_string(s); }
-
-/// The sharding called `name` (replicated, zero1, zero3); throws a `dcp::error` otherwise.
-inline sharding_kind sharding_of(const std::string& name) {
-  if (name == "replicated") return sharding_kind::replicated;
-  if (name == "zero1") return sharding_kind::zero1;
-  if (name == "zero3") return sharding_kind::zero3;
-  throw error(errc::invalid_argument, "unknown sharding '" + name + "'; use replicated, zero1 or zero3");
-}
-
 /// Time and memory of a micro-step from FLOPs, bytes and a few device constants.
-/// A regular value: the model, the device, the GPU count N (memory shards over N), the tensor
-/// parallel size tp, the expert parallel size ep and the sharding. With tp > 1 the planner's
+/// A regular value: the model, the device and the job's `parallel_layout` (N GPUs, over which
+/// memory shards; the tensor parallel size tp, the expert parallel size ep, the sharding and the
+/// ring cap). With tp > 1 the planner's
 /// unit is a TP group of tp GPUs on one node (DESIGN section 4.2): `gpus()`, `gpus_per_node()`,
 /// `heads()`, sp, the tokens per "GPU" x and the GPU-seconds of `work_floor` all count units.
 struct analytic_cost {
@@ -70,69 +46,59 @@ struct analytic_cost {
 
   transformer_spec model = models::cogvideox_5b();
   device_spec device = devices::h200();
-  int world = 1;  ///< N, the GPUs of the job (optimizer state shards over all of them)
-  int tp = 1;     ///< tensor-parallel size: GPUs of one planner unit, on one node
-  int ep = 1;     ///< expert-parallel size: GPUs of the data-parallel domain the experts shard over
-  sharding_kind sharding = sharding_kind::zero1;
-  int ring = 1;  ///< largest Ulysses x Ring ring size r a step may use (DESIGN section 4.3); 1 = Ulysses only
+  /// The job it prices: N GPUs, G per node, tp, ep, sharding, ring cap (`<dcp/layout.hpp>`);
+  /// optimizer state shards over all N GPUs. Its G is the device's `gpus_per_node`.
+  parallel_layout parallel{};
 
   /// Throws a `dcp::error` unless model, device and N are valid and the static memory fits.
   void validate() const {
     dcp::validate(model);
     dcp::validate(device);
-    check(world > 0, errc::invalid_argument,
-          [&] { return "gpus = " + std::to_string(world) + " must be positive"; });
-    check(world <= device.gpus_per_node || world % device.gpus_per_node == 0, errc::invalid_argument, [&] {
-      return "gpus = " + std::to_string(world) + " is not a multiple of gpus_per_node = " +
-             std::to_string(device.gpus_per_node) + "; use whole nodes beyond one node";
+    check(parallel.gpus_per_node == device.gpus_per_node, errc::invalid_argument, [&] {
+      return "the layout has gpus_per_node = " + std::to_string(parallel.gpus_per_node) + " but device '" + device.name +
+             "' has gpus_per_node = " + std::to_string(device.gpus_per_node) +
+             "; lay the job out on the device's nodes (make_analytic_cost(model, device, gpus) does)";
     });
-    check(tp >= 1 && (tp & (tp - 1)) == 0 && device.gpus_per_node % tp == 0 && world % tp == 0,
-          errc::invalid_argument, [&] {
-            return "tp = " + std::to_string(tp) + " must be a power of two dividing gpus_per_node = " +
-                   std::to_string(device.gpus_per_node) + " and gpus = " + std::to_string(world) +
-                   " (a TP group lives on one node)";
-          });
-    check(model.heads % tp == 0 && model.key_value_heads() % tp == 0, errc::invalid_argument, [&] {
-      return "tp = " + std::to_string(tp) + " must divide heads = " + std::to_string(model.heads) +
+    parallel.validate();
+    check(model.heads % parallel.tp == 0 && model.key_value_heads() % parallel.tp == 0, errc::invalid_argument, [&] {
+      return "tp = " + std::to_string(parallel.tp) + " must divide heads = " + std::to_string(model.heads) +
              " and kv_heads = " + std::to_string(model.key_value_heads()) + " of model '" + model.name +
              "'; use a smaller tp";
     });
-    check(ep >= 1 && (ep == 1 || model.is_moe()), errc::invalid_argument, [&] {
-      return "ep = " + std::to_string(ep) + " needs a MoE model (experts > 0); model '" + model.name +
+    check(parallel.ep >= 1 && (parallel.ep == 1 || model.is_moe()), errc::invalid_argument, [&] {
+      return "ep = " + std::to_string(parallel.ep) + " needs a MoE model (experts > 0); model '" + model.name +
              "' is dense, use ep = 1";
     });
-    check(ep == 1 || (model.experts % ep == 0 && (world / tp) % ep == 0), errc::invalid_argument, [&] {
-      return "ep = " + std::to_string(ep) + " must divide experts = " + std::to_string(model.experts) +
-             " and the data-parallel domain gpus / tp = " + std::to_string(world / tp);
-    });
-    check(ring >= 1 && (ring & (ring - 1)) == 0, errc::invalid_argument, [&] {
-      return "ring = " + std::to_string(ring) + " must be a power of two >= 1 (1 = Ulysses only)";
+    check(model.experts % parallel.ep == 0 || !model.is_moe(), errc::invalid_argument, [&] {
+      return "ep = " + std::to_string(parallel.ep) + " must divide experts = " + std::to_string(model.experts);
     });
     check(static_memory() < capacity(), errc::invalid_argument, [&] {
       return "memory capacity " + std::to_string(capacity()) + " B is below the static memory " +
-             std::to_string(static_memory()) + " B of model '" + model.name + "' on " + std::to_string(world) +
+             std::to_string(static_memory()) + " B of model '" + model.name + "' on " + std::to_string(parallel.gpus) +
              " GPUs; use more GPUs or a device with more memory";
     });
   }
 
   /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
   bool is_classic() const noexcept {
-    return tp == 1 && ep == 1 && ring == 1 && sharding == sharding_kind::zero1 && model.kv_heads == 0 && model.head_dim == 0 &&
+    return parallel.tp == 1 && parallel.ep == 1 && parallel.ring == 1 && parallel.sharding == sharding_kind::zero1 && model.kv_heads == 0 && model.head_dim == 0 &&
            model.cross_attention_tokens == 0 && !model.is_moe();
   }
 
   int blocks() const noexcept { return model.blocks; }
+  /// The layout it prices (`cost_model`'s one accessor of the job).
+  const parallel_layout& layout() const noexcept { return parallel; }
   /// Planner units: TP groups (GPUs when tp = 1).
-  int gpus() const noexcept { return world / tp; }
-  int gpus_per_node() const noexcept { return std::max(1, device.gpus_per_node / tp); }
+  int gpus() const noexcept { return parallel.units(); }
+  int gpus_per_node() const noexcept { return parallel.units_per_node(); }
   /// Heads of one TP rank: Ulysses over sp units must divide them.
-  int heads() const noexcept { return model.heads / tp; }
+  int heads() const noexcept { return model.heads / parallel.tp; }
   /// The largest ring size a step may use (`ring_cost_model`).
-  int max_ring() const noexcept { return ring; }
+  int max_ring() const noexcept { return parallel.ring; }
   /// The ring r of a step on sp units when the caller names none: the smallest, `ring_of(sp)`,
   /// when rings are enabled, else 1 (so a Ulysses-only model prices every sp as section 4 does).
   /// `time(l, sp, k, r)` prices any ring of `legal_ring`.
-  int step_ring(int sp) const noexcept { return ring > 1 ? ring_of(*this, sp) : 1; }
+  int step_ring(int sp) const noexcept { return parallel.ring > 1 ? ring_of(*this, sp) : 1; }
   double capacity() const noexcept { return device.capacity(); }
 
   std::int64_t tokens_of(const sequence& s) const noexcept { return model.tokens_of(s.frames, s.spatial); }
@@ -162,17 +128,17 @@ struct analytic_cost {
   /// P_gpu = (P - P_E) / tp + P_E / (tp ep): the parameters one GPU holds unsharded.
   double parameters_per_gpu() const noexcept {
     const double p = model.parameters(), pe = model.blocks * model.expert_parameters();
-    return (p - pe) / tp + pe / (tp * ep);
+    return (p - pe) / parallel.tp + pe / (parallel.tp * parallel.ep);
   }
   /// zero1: 4 P_gpu + 12 P / N; replicated: 16 P_gpu; zero3: 16 P / N + 6 P_gpu / L.
   double static_memory() const noexcept {
     const double p = model.parameters();
-    switch (sharding) {
+    switch (parallel.sharding) {
       case sharding_kind::replicated: return 16 * parameters_per_gpu();
-      case sharding_kind::zero3: return 16 * p / world + 6 * parameters_per_gpu() / model.blocks;
+      case sharding_kind::zero3: return 16 * p / parallel.gpus + 6 * parameters_per_gpu() / model.blocks;
       case sharding_kind::zero1: break;
     }
-    return 4 * parameters_per_gpu() + 12 * p / world;
+    return 4 * parameters_per_gpu() + 12 * p / parallel.gpus;
   }
   /// F = L 2 P_act N_tok + A (P_act = P_b for a dense model without cross-attention).
   double forward_flops(const load_type& l) const noexcept {
@@ -183,29 +149,29 @@ struct analytic_cost {
   /// 2D h / tp. h for today's models.
   double all_to_all_width(int sp) const noexcept {
     const double h = static_cast<double>(model.hidden);
-    if (model.attention == attention_kind::factorized_2d) return h / tp;
-    const double kv = model.key_value_heads() / tp >= sp ? model.key_value_width() / tp : model.head_width() * sp;
-    return (2 * model.query_width() / tp + 2 * kv) / 4;
+    if (model.attention == attention_kind::factorized_2d) return h / parallel.tp;
+    const double kv = model.key_value_heads() / parallel.tp >= sp ? model.key_value_width() / parallel.tp : model.head_width() * sp;
+    return (2 * model.query_width() / parallel.tp + 2 * kv) / 4;
   }
   /// Megatron sequence-parallel collectives per block pass inside a TP group: an all-gather
   /// and a reduce-scatter around each attention and the MLP.
   int tp_collectives_per_pass() const noexcept { return model.cross_attention_tokens > 0 ? 6 : 4; }
   /// Expert-parallel all-to-alls per block pass: dispatch and combine.
-  int ep_all_to_alls_per_pass() const noexcept { return ep > 1 ? 2 : 0; }
+  int ep_all_to_alls_per_pass() const noexcept { return parallel.ep > 1 ? 2 : 0; }
   /// Bandwidth of the expert-parallel group (ep GPUs, tp apart).
   double ep_bandwidth() const noexcept {
-    return ep * tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
+    return parallel.ep * parallel.tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
   }
   /// Bandwidth of the data-parallel domain (all N GPUs).
-  double dp_bandwidth() const noexcept { return world <= device.gpus_per_node ? device.bw_intra : device.bw_inter; }
+  double dp_bandwidth() const noexcept { return parallel.gpus <= device.gpus_per_node ? device.bw_intra : device.bw_inter; }
   /// zero3's per-step floor t_z3 = 3 L (alpha + V_b / bw_dp): two weight all-gathers and one
   /// gradient reduce-scatter per block, V_b = 2 [(P_b - P_bE) / tp (D-1)/D + P_bE / (tp ep) (D_e-1)/D_e],
   /// D = N / tp, D_e = D / ep. 0 unless zero3.
   double step_floor() const noexcept {
-    if (sharding != sharding_kind::zero3) return 0;
+    if (parallel.sharding != sharding_kind::zero3) return 0;
     const double pbe = model.expert_parameters(), pb = model.block_parameters();
-    const double d = static_cast<double>(world / tp), de = d / ep;
-    const double v = 2 * ((pb - pbe) / tp * (d - 1) / d + pbe / (tp * ep) * (de - 1) / de);
+    const double d = static_cast<double>(parallel.gpus / parallel.tp), de = d / parallel.ep;
+    const double v = 2 * ((pb - pbe) / parallel.tp * (d - 1) / d + pbe / (parallel.tp * parallel.ep) * (de - 1) / de);
     return 3 * model.blocks * (device.alpha + v / dp_bandwidth());
   }
   /// eff(x) = eff_max x / (x + x_half).
@@ -214,18 +180,18 @@ struct analytic_cost {
   int all_to_alls_per_pass() const noexcept { return model.attention == attention_kind::factorized_2d ? 2 : 4; }
   /// Bandwidth of an sp group of units (sp tp GPUs).
   double bandwidth(int sp) const noexcept {
-    return sp * tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
+    return sp * parallel.tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
   }
   /// x_max: the most tokens per unit any feasible step holds (all blocks checkpointed).
   double max_tokens_per_gpu() const noexcept {
     return (capacity() - static_memory()) / ((2.0 * model.blocks + device.beta) * static_cast<double>(model.hidden)) *
-           tp;
+           parallel.tp;
   }
 
   /// Per-GPU key/value width after the Ulysses all-to-all over u units: kv / (tp u), or d when
   /// kv_heads / tp < u (one replicated head).
   double ring_key_value_width(int u) const noexcept {
-    return model.key_value_heads() / tp >= u ? model.key_value_width() / tp / u : model.head_width();
+    return model.key_value_heads() / parallel.tp >= u ? model.key_value_width() / parallel.tp / u : model.head_width();
   }
   /// Seconds of a step's ring K/V exchange (DESIGN section 4.3), 0 when r = 1: (3L + k) (r - 1)
   /// messages, each a K/V block of N_tok / r tokens, `alpha + 4 kv_u N_tok / r / bw(sp tp)`;
@@ -246,7 +212,7 @@ struct analytic_cost {
   double time(const load_type& l, int sp, int k, int r) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     const double x = l.tokens / sp;
-    double t_comp = (3 + k / L) * forward_flops(l) / (sp * tp * device.peak * efficiency(x));
+    double t_comp = (3 + k / L) * forward_flops(l) / (sp * parallel.tp * device.peak * efficiency(x));
     double t_comm = 0;
     if (r > 1) {
       // Ulysses x Ring: all-to-alls over u = sp / r units, and the ring exchange overlapped
@@ -256,24 +222,24 @@ struct analytic_cost {
         const double v = 2 * all_to_all_width(u) * x * (u - 1) / u;
         t_comm = all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / bandwidth(u));
       }
-      const double t_att = (3 + k / L) * l.ring_attention / (sp * tp * device.peak * efficiency(x));
+      const double t_att = (3 + k / L) * l.ring_attention / (sp * parallel.tp * device.peak * efficiency(x));
       t_comp += std::max(t_att, ring_time(l, sp, k, r)) - t_att;
     } else if (sp > 1) {
       const double v = 2 * all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
       const double a = all_to_alls_per_pass() * (2 * L + k);
       t_comm = a * (device.alpha + v / bandwidth(sp));
     }
-    if (tp > 1) {
-      const double v = 2 * h * x * (tp - 1) / tp;
+    if (parallel.tp > 1) {
+      const double v = 2 * h * x * (parallel.tp - 1) / parallel.tp;
       t_comm += tp_collectives_per_pass() * (2 * L + k) * (device.alpha + v / device.bw_intra);
     }
-    if (ep > 1) {
-      const double v = 2 * h * model.experts_per_token * (x / tp) * (ep - 1) / ep;
+    if (parallel.ep > 1) {
+      const double v = 2 * h * model.experts_per_token * (x / parallel.tp) * (parallel.ep - 1) / parallel.ep;
       t_comm += ep_all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / ep_bandwidth());
     }
     const double t_over = device.tau * (3 * L + k);
     const double t = t_comp + t_comm + t_over;
-    return sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t;
+    return parallel.sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t;
   }
 
   /// `memory(l, sp, k)` as a function of the load and k, its per-model terms (the static memory)
@@ -289,7 +255,7 @@ struct analytic_cost {
     }
   };
   memory_on memory_at(int sp) const noexcept {
-    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp, tp};
+    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp, parallel.tp};
   }
   double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp)(l, k); }
 
@@ -303,7 +269,7 @@ struct analytic_cost {
   /// a step on sp units holds at most sp x_max tokens and lasts at least t_z3, so its unit-seconds
   /// are at least `N_tok t_z3 / x_max` summed over its sequences (DESIGN section 3, 4.2).
   double step_floor_share(const load_type& l) const noexcept {
-    return sharding == sharding_kind::zero3 ? l.tokens * step_floor() / max_tokens_per_gpu() : 0;
+    return parallel.sharding == sharding_kind::zero3 ? l.tokens * step_floor() / max_tokens_per_gpu() : 0;
   }
 
   /// Unit-seconds of the step's collectives at full bandwidth (no latency): Ulysses, and with
@@ -318,9 +284,9 @@ struct analytic_cost {
     const int u = sp / r;  // the ring is overlapped with compute: not in the floor
     if (u > 1)
       w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(u) * l.tokens * (u - 1) / u / bandwidth(u);
-    if (tp > 1) w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (tp - 1) / tp / device.bw_intra;
-    if (ep > 1)
-      w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / tp) * (ep - 1) / ep /
+    if (parallel.tp > 1) w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (parallel.tp - 1) / parallel.tp / device.bw_intra;
+    if (parallel.ep > 1)
+      w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / parallel.tp) * (parallel.ep - 1) / parallel.ep /
            ep_bandwidth();
     return w;
   }
@@ -362,43 +328,33 @@ struct analytic_cost {
     double packed(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).packed; }
   };
   floors_on floors() const noexcept {
-    return {this, model.blocks * 2 * model.active_block_parameters(), tp * device.peak * efficiency(max_tokens_per_gpu()),
-            (capacity() - static_memory()) / static_cast<double>(model.hidden) * tp, tp * device.peak * device.eff_max};
+    return {this, model.blocks * 2 * model.active_block_parameters(), parallel.tp * device.peak * efficiency(max_tokens_per_gpu()),
+            (capacity() - static_memory()) / static_cast<double>(model.hidden) * parallel.tp, parallel.tp * device.peak * device.eff_max};
   }
 
   friend bool operator==(const analytic_cost&, const analytic_cost&) = default;
   friend std::ostream& operator<<(std::ostream& os, const analytic_cost& c) {
-    os << "analytic_cost{" << c.model << ", " << c.device << ", N=" << c.world;
-    if (c.tp > 1) os << ", tp=" << c.tp;
-    if (c.ep > 1) os << ", ep=" << c.ep;
-    if (c.sharding != sharding_kind::zero1) os << ", " << c.sharding;
-    if (c.ring > 1) os << ", ring<=" << c.ring;
+    os << "analytic_cost{" << c.model << ", " << c.device << ", N=" << c.parallel.gpus;
+    if (c.parallel.tp > 1) os << ", tp=" << c.parallel.tp;
+    if (c.parallel.ep > 1) os << ", ep=" << c.parallel.ep;
+    if (c.parallel.sharding != sharding_kind::zero1) os << ", " << c.parallel.sharding;
+    if (c.parallel.ring > 1) os << ", ring<=" << c.parallel.ring;
     return os << "}";
   }
 };
 
-/// A validated analytic cost model.
+/// A validated analytic cost model of `gpus` GPUs on the device's nodes, data x sequence
+/// parallel only.
 inline analytic_cost make_analytic_cost(transformer_spec model, device_spec device, int gpus) {
-  analytic_cost c{std::move(model), std::move(device), gpus};
+  const int g = device.gpus_per_node;
+  analytic_cost c{std::move(model), std::move(device), parallel_layout{.gpus = gpus, .gpus_per_node = g}};
   c.validate();
   return c;
 }
 
-/// The parallel layout of a job beyond data x sequence parallelism (DESIGN section 4.2).
-struct parallel_layout {
-  int tp = 1;
-  int ep = 1;
-  sharding_kind sharding = sharding_kind::zero1;
-  int ring = 1;  ///< largest Ulysses x Ring ring size (DESIGN section 4.3)
-  friend bool operator==(const parallel_layout&, const parallel_layout&) = default;
-  friend std::ostream& operator<<(std::ostream& os, const parallel_layout& p) {
-    return os << "parallel_layout{tp=" << p.tp << ", ep=" << p.ep << ", " << p.sharding << ", ring=" << p.ring << "}";
-  }
-};
-
-/// A validated analytic cost model with tensor/expert parallelism and a sharding.
-inline analytic_cost make_analytic_cost(transformer_spec model, device_spec device, int gpus, parallel_layout layout) {
-  analytic_cost c{std::move(model), std::move(device), gpus, layout.tp, layout.ep, layout.sharding, layout.ring};
+/// A validated analytic cost model of the job `layout` (its G must be the device's).
+inline analytic_cost make_analytic_cost(transformer_spec model, device_spec device, parallel_layout layout) {
+  analytic_cost c{std::move(model), std::move(device), layout};
   c.validate();
   return c;
 }

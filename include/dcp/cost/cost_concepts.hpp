@@ -12,8 +12,11 @@
 ///   - `c.time(load, sp, k)`, `c.memory(load, sp, k)`: seconds and bytes per GPU of the step;
 ///   - `c.work_floor(load, sp, k)`: GPU-seconds the load costs at least, however it is batched
 ///     (used by the lower bound of DESIGN section 3);
+///   - `c.layout()`: the `parallel_layout` it prices (`<dcp/layout.hpp>`: GPUs, GPUs per node,
+///     tp, ep, sharding, ring cap), the one place code reads the job's layout from a cost model;
 ///   - `c.capacity()` (bytes per GPU), `c.blocks()` (L), `c.gpus()` (N), `c.gpus_per_node()` (G),
-///     `c.heads()` (sp must divide it, or its Ulysses part for a `ring_cost_model`).
+///     `c.heads()` (sp must divide it, or its Ulysses part for a `ring_cost_model`). N and G
+///     count planner units: `gpus() == layout().units()`, `gpus_per_node() == layout().units_per_node()`.
 /// Laws: time and memory are positive for a non-empty load; memory does not grow with k and
 /// does not grow with sp; time does not fall with k; `work_floor(l, sp, k) <= sp * time(l, sp, k)` for every step that fits.
 /// The concept is the conjunction of the named requirements below; a bundle that fails it is
@@ -44,9 +47,11 @@
 ///     three-argument forms at r = `step_ring_of(c, sp)`), so the lower bounds may take either.
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
+#include <bit>
 #include <concepts>
 #include <cstdint>
 
+#include <dcp/layout.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {
@@ -78,9 +83,10 @@ concept cost_model_prices_steps = requires(const C& c, const typename C::load_ty
   { c.memory(l, sp, k) } -> std::convertible_to<double>;
   { c.work_floor(l, sp, k) } -> std::convertible_to<double>;
 };
-/// Describes the job: `capacity()`, `blocks()`, `gpus()`, `gpus_per_node()`, `heads()`.
+/// Describes the job: `layout()`, `capacity()`, `blocks()`, `gpus()`, `gpus_per_node()`, `heads()`.
 template <class C>
 concept cost_model_describes_job = requires(const C& c) {
+  { c.layout() } -> std::convertible_to<parallel_layout>;
   { c.capacity() } -> std::convertible_to<double>;
   { c.blocks() } -> std::convertible_to<int>;
   { c.gpus() } -> std::convertible_to<int>;
@@ -165,33 +171,6 @@ constexpr int step_ring_of(const C& c, int sp) noexcept {
   return max_ring_of(c) > 1 ? ring_of(c, sp) : 1;
 }
 
-/// GPUs per planner unit (the tensor-parallel size, DESIGN section 4.2): the model's `tp` (a
-/// wrapper's `base()` or `trained` model's), else 1.
-template <class C>
-constexpr int tp_of(const C& c) noexcept {
-  if constexpr (requires { { c.tp } -> std::convertible_to<int>; })
-    return c.tp;
-  else if constexpr (requires { c.base(); })
-    return tp_of(c.base());
-  else if constexpr (requires { c.trained; })
-    return tp_of(c.trained);
-  else
-    return 1;
-}
-
-/// The expert-parallel size (DESIGN section 4.2), found as `tp_of` finds tp; 1 without one.
-template <class C>
-constexpr int ep_of(const C& c) noexcept {
-  if constexpr (requires { { c.ep } -> std::convertible_to<int>; })
-    return c.ep;
-  else if constexpr (requires { c.base(); })
-    return ep_of(c.base());
-  else if constexpr (requires { c.trained; })
-    return ep_of(c.trained);
-  else
-    return 1;
-}
-
 /// True when `sp` is a legal sequence-parallel size for `c`: at most N, with a Ulysses part
 /// u = gcd(sp, heads) (Ulysses shards heads) and a ring r = sp / u that is a power of two of at
 /// most `max_ring_of(c)` (1 without rings: sp divides the heads). Any such size is legal, not
@@ -201,7 +180,7 @@ template <cost_model C>
 constexpr bool legal_sp(const C& c, int sp) noexcept {
   if (sp < 1 || sp > c.gpus()) return false;
   const int r = ring_of(c, sp);
-  return (r & (r - 1)) == 0 && r <= max_ring_of(c);
+  return std::has_single_bit(static_cast<unsigned>(r)) && r <= max_ring_of(c);
 }
 
 /// A ring cost model that prices a step with any ring its sp allows (DESIGN section 4.3):
@@ -230,7 +209,7 @@ constexpr int widest_ring_of(const C& c, int sp) noexcept {
 /// larger power does), so loops over them stop at the first that does not.
 template <cost_model C>
 constexpr bool legal_ring(const C& c, int sp, int r) noexcept {
-  return r >= step_ring_of(c, sp) && r <= widest_ring_of(c, sp) && (r & (r - 1)) == 0 && sp % r == 0;
+  return r >= step_ring_of(c, sp) && r <= widest_ring_of(c, sp) && std::has_single_bit(static_cast<unsigned>(r)) && sp % r == 0;
 }
 
 /// Seconds of a step on `sp` units with `k` checkpointed blocks run with ring `r` (a `legal_ring`).

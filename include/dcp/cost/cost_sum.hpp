@@ -117,6 +117,7 @@ struct cost_sum {
   }
 
   int blocks() const noexcept { return trained.blocks(); }
+  decltype(auto) layout() const noexcept { return trained.layout(); }
   int gpus() const noexcept { return trained.gpus(); }
   int gpus_per_node() const noexcept { return trained.gpus_per_node(); }
   int heads() const noexcept { return trained.heads(); }

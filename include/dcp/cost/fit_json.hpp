@@ -91,7 +91,7 @@ inline fitted_cost read_fit(std::istream& in, std::string_view source = "fit") {
     if (!j.is_object() || j.value("format", std::string()) != fit_format)
       fail("unknown format '" + (j.is_object() ? j.value("format", std::string()) : std::string()) +
            "'; expected \"dcp.fit/v1\"");
-    c.shape.world = static_cast<int>(integer(j.at("gpus"), "gpus"));
+    c.shape.parallel.gpus = static_cast<int>(integer(j.at("gpus"), "gpus"));
     c.memory_margin = number(j, "memory_margin");
     if (j.contains("recompute_ratio")) c.recompute_ratio = number(j, "recompute_ratio");  // 1 before it was fitted
     const auto& m = j.at("model");
@@ -114,6 +114,7 @@ inline fitted_cost read_fit(std::istream& in, std::string_view source = "fit") {
     dv.alpha = number(d, "alpha"), dv.tau = number(d, "tau");
     dv.bw_intra = number(d, "bw_intra"), dv.bw_inter = number(d, "bw_inter");
     dv.gpus_per_node = static_cast<int>(integer(d.at("gpus_per_node"), "device.gpus_per_node"));
+    c.shape.parallel.gpus_per_node = dv.gpus_per_node;  // the fit's job lies on the device's nodes
     dv.mem_bytes = number(d, "mem_bytes"), dv.usable = number(d, "usable"), dv.beta = number(d, "beta");
     const auto& k = j.at("coefficients");
     c.coef = {number(k, "linear_flop_s"), number(k, "attention_flop_s"), number(k, "intra_byte_s"),

@@ -148,6 +148,7 @@ struct fitted_cost {
   }
 
   int blocks() const noexcept { return shape.blocks(); }
+  const parallel_layout& layout() const noexcept { return shape.layout(); }
   int gpus() const noexcept { return shape.gpus(); }
   int gpus_per_node() const noexcept { return shape.gpus_per_node(); }
   int heads() const noexcept { return shape.heads(); }

@@ -156,6 +156,8 @@ class profiled_cost {
   const profile_table& table() const noexcept { return *table_; }
 
   int blocks() const noexcept { return table_ ? table_->model.blocks : 1; }
+  /// The job the table was measured on: data x sequence parallel (tp = 1), its GPUs and node size.
+  parallel_layout layout() const noexcept { return {.gpus = gpus(), .gpus_per_node = gpus_per_node()}; }
   int gpus() const noexcept { return table_ ? table_->gpus : 1; }
   int gpus_per_node() const noexcept { return table_ ? table_->gpus_per_node : 1; }
   int heads() const noexcept { return table_ ? table_->model.heads : 1; }

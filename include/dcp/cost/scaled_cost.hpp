@@ -89,6 +89,7 @@ class scaled_analytic_cost {
   }
 
   int blocks() const noexcept { return base_.blocks(); }
+  const parallel_layout& layout() const noexcept { return base_.layout(); }
   int gpus() const noexcept { return base_.gpus(); }
   int gpus_per_node() const noexcept { return base_.gpus_per_node(); }
   int heads() const noexcept { return base_.heads(); }

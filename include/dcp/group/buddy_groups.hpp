@@ -4,6 +4,7 @@
 /// With G a power of two, every block of size <= G lies inside one node, so sp groups stay on
 /// NVLink whenever they can; larger blocks span whole nodes.
 
+#include <bit>
 #include <ostream>
 #include <string>
 
@@ -26,7 +27,7 @@ struct buddy_groups {
   void validate() const {
     check(world > 0, errc::invalid_argument,
           [&] { return "gpus = " + std::to_string(world) + " must be positive"; });
-    check(node_size > 0 && (node_size & (node_size - 1)) == 0, errc::invalid_argument, [&] {
+    check(node_size > 0 && std::has_single_bit(static_cast<unsigned>(node_size)), errc::invalid_argument, [&] {
       return "gpus_per_node = " + std::to_string(node_size) + " must be a positive power of two";
     });
     check(world <= node_size || world % node_size == 0, errc::invalid_argument, [&] {
@@ -37,7 +38,7 @@ struct buddy_groups {
 
   /// Blocks of `sp` ranks: N / sp of them for a power of two sp (a trailing partial block is never
   /// used), none of any other size.
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= world && (sp & (sp - 1)) == 0 ? world / sp : 0; }
+  int block_count(int sp) const noexcept { return sp > 0 && sp <= world && std::has_single_bit(static_cast<unsigned>(sp)) ? world / sp : 0; }
   rank_block block(int sp, int i) const noexcept { return {i * sp, sp}; }
   rank_block block_of(int rank, int sp) const noexcept { return {rank / sp * sp, sp}; }
 

@@ -14,6 +14,7 @@
 /// Communicators: every offered size costs each member one communicator (a rank is in at most
 /// one block per size); `group_cache` creates them lazily, for the sizes a plan uses.
 
+#include <bit>
 #include <ostream>
 #include <string>
 
@@ -53,7 +54,7 @@ struct contiguous_groups {
   void validate() const {
     check(world > 0, errc::invalid_argument,
           [&] { return "gpus = " + std::to_string(world) + " must be positive"; });
-    check(node_size > 0 && (sizes == group_sizes::any || (node_size & (node_size - 1)) == 0), errc::invalid_argument,
+    check(node_size > 0 && (sizes == group_sizes::any || std::has_single_bit(static_cast<unsigned>(node_size))), errc::invalid_argument,
           [&] {
             return "gpus_per_node = " + std::to_string(node_size) + " must be positive" +
                    (sizes == group_sizes::any ? std::string() : std::string(" and a power of two for power-of-two groups"));
@@ -68,7 +69,7 @@ struct contiguous_groups {
   /// one partial node) or of whole nodes, and a power of two when only those are offered.
   bool offers(int sp) const noexcept {
     if (sp < 1 || sp > world) return false;
-    if (sizes == group_sizes::powers_of_two && (sp & (sp - 1)) != 0) return false;
+    if (sizes == group_sizes::powers_of_two && !std::has_single_bit(static_cast<unsigned>(sp))) return false;
     return sp <= node_size || sp % node_size == 0;
   }
   /// Blocks per node of a size inside a node (the job's N when it is less than one node).
@@ -116,7 +117,7 @@ struct powers_of_two_of {
   int gpus() const noexcept { return groups.gpus(); }
   int gpus_per_node() const noexcept { return groups.gpus_per_node(); }
   void validate() const { groups.validate(); }
-  int block_count(int sp) const noexcept { return sp > 0 && (sp & (sp - 1)) == 0 ? groups.block_count(sp) : 0; }
+  int block_count(int sp) const noexcept { return sp > 0 && std::has_single_bit(static_cast<unsigned>(sp)) ? groups.block_count(sp) : 0; }
   rank_block block(int sp, int i) const noexcept { return groups.block(sp, i); }
   rank_block block_of(int rank, int sp) const noexcept { return groups.block_of(rank, sp); }
 

@@ -13,10 +13,10 @@
 /// `comm_for(block)` is then a lookup, never collective. The block of the whole world reuses the
 /// world communicator. Creation time is recorded per size.
 ///
-/// Tensor parallelism (DESIGN section 4.2): with `tp` > 1 the manager lays out planner units (TP
-/// groups of tp consecutive GPUs; `groups.gpus()` = world size / tp) and every block of sp units
-/// is the sp tp GPUs `tp_units{tp}.gpus_of(block)`; its communicator holds all of them, in GPU
-/// order. `prepare_split` then splits it per TP rank (the Ulysses and ring groups of a step), and
+/// Tensor parallelism (DESIGN section 4.2): the cache takes the job's `parallel_layout`; with
+/// tp > 1 the manager lays out planner units (TP groups of tp consecutive GPUs;
+/// `groups.gpus()` = `layout.units()`) and every block of sp units is the sp tp GPUs
+/// `layout.gpus_of(block)`; its communicator holds all of them, in GPU order. `prepare_split` then splits it per TP rank (the Ulysses and ring groups of a step), and
 /// `parallel_groups` creates the run's fixed TP, expert-parallel and data-parallel communicators
 /// (DESIGN section 4.4 says which GPUs each holds).
 ///
@@ -43,6 +43,7 @@
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/check_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/layout.hpp>
 
 namespace dcp {
 
@@ -69,20 +70,34 @@ struct parallel_comms {
 template <communicator Comm, group_manager Groups = buddy_groups>
 class group_cache {
  public:
-  /// `world` must outlive the cache; `groups.gpus()` (units) times `tp` must equal `world.size()`.
-  group_cache(Comm& world, Groups groups, int tp = 1) : world_(&world), groups_(std::move(groups)), tp_(tp) {
+  /// Data x sequence parallel only (tp = 1): the manager's ranks are the world's. `world` must
+  /// outlive the cache; `groups.gpus()` must equal `world.size()`.
+  group_cache(Comm& world, Groups groups)
+      : group_cache(world, groups, parallel_layout{.gpus = groups.gpus(), .gpus_per_node = groups.gpus_per_node()}) {}
+  /// On the job `layout`: the manager lays out its units (`layout.units()`, `units_per_node()`)
+  /// and the world holds its GPUs (`layout.gpus`).
+  group_cache(Comm& world, Groups groups, parallel_layout layout)
+      : world_(&world), groups_(std::move(groups)), layout_(layout) {
     check_group_laws(groups_, "group_cache");  // validate(), then the laws (once: O(N log N))
-    check(tp >= 1 && static_cast<long long>(groups_.gpus()) * tp == world.size(), errc::invalid_argument, [&] {
+    layout_.validate();
+    check(groups_.gpus() == layout_.units(), errc::invalid_argument, [&] {
+      std::ostringstream os;
+      os << "group_cache: the group manager lays out " << groups_.gpus() << " units but " << layout_ << " has "
+         << layout_.units() << "; build both for the same job";
+      return os.str();
+    });
+    check(layout_.gpus == world.size(), errc::invalid_argument, [&] {
       return "group_cache: the group manager has " + std::to_string(groups_.gpus()) +
-             (tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(tp) + " GPUs") +
+             (layout_.tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(layout_.tp) + " GPUs") +
              " but the world communicator has " + std::to_string(world.size()) + " ranks";
     });
   }
 
   const Groups& groups() const noexcept { return groups_; }
   Comm& world() const noexcept { return *world_; }
-  /// GPUs per unit.
-  int tp() const noexcept { return tp_; }
+  /// The job's layout (GPUs per unit: `layout().tp`).
+  const parallel_layout& layout() const noexcept { return layout_; }
+  int tp() const noexcept { return layout_.tp; }
 
   /// Whether the communicators of block size `sp` exist.
   bool prepared(int sp) const noexcept { return comms_.contains(sp) || (sp == groups_.gpus() && reused_); }
@@ -113,7 +128,7 @@ class group_cache {
     check_size(block.size);
     check(block.contains(rank) && groups_.block_of(rank, block.size) == block, errc::invalid_argument, [&] {
       std::ostringstream os;
-      os << "group_cache: block " << block << " is not a group of " << (tp_ == 1 ? "rank " : "unit ") << rank
+      os << "group_cache: block " << block << " is not a group of " << (layout_.tp == 1 ? "rank " : "unit ") << rank
          << " (its block of size " << block.size << " is " << groups_.block_of(rank, block.size) << ")";
       return os.str();
     });
@@ -142,43 +157,34 @@ class group_cache {
       return "group_cache: ring " + std::to_string(ring) + " does not divide group size " + std::to_string(sp);
     });
     prepare({sp});
-    if ((ring == 1 && tp_ == 1) || splits_.contains({sp, ring})) return;
+    if ((ring == 1 && layout_.tp == 1) || splits_.contains({sp, ring})) return;
     const int u = sp / ring;
     const rank_block b = groups_.block_of(unit(), sp);
     Comm& group = offered(b) ? comm_for(b) : comms_.at(sp);
     if (!group.valid()) return;  // a trailing partial block runs no step: nothing to split
-    const int p = group.rank() / tp_, t = group.rank() % tp_;  // unit position, TP rank
-    Comm uly = group.split(p / u * tp_ + t, p % u);
-    Comm rng = group.split(p % u * tp_ + t, p / u);
+    const int p = layout_.unit_of(group.rank()), t = layout_.tp_rank_of(group.rank());  // unit position, TP rank
+    const int tp = layout_.tp;
+    Comm uly = group.split(p / u * tp + t, p % u);
+    Comm rng = group.split(p % u * tp + t, p / u);
     splits_.emplace(std::pair{sp, ring}, std::pair{std::move(uly), std::move(rng)});
   }
   /// This rank's Ulysses communicator (u = sp / ring units, one GPU each: this rank's TP rank)
   /// of `block` split with `ring` (prepared by `prepare_split`). Not collective. With ring = 1 and
   /// tp = 1 it is the block's communicator.
   Comm& ulysses_for(rank_block block, int ring) {
-    return ring == 1 && tp_ == 1 ? comm_for(block) : split_for(block, ring).first;
+    return ring == 1 && layout_.tp == 1 ? comm_for(block) : split_for(block, ring).first;
   }
   /// This rank's ring communicator (ring units, u apart, one GPU each) of `block`. Not collective.
   Comm& ring_for(rank_block block, int ring) { return split_for(block, ring).second; }
 
-  /// Collective over the world on the first call (later calls with the same `ep` are lookups):
-  /// this rank's fixed TP, expert-parallel and data-parallel communicators for expert-parallel
-  /// size `ep` (dividing the units). Every rank makes the first call at the same point.
-  parallel_comms<Comm>& parallel_groups(int ep = 1) {
-    if (parallel_) {
-      check(parallel_->ep == ep, errc::invalid_argument, [&] {
-        return "group_cache: the parallel groups were made for ep = " + std::to_string(parallel_->ep) +
-               ", asked for ep = " + std::to_string(ep) + "; ep is fixed for the run";
-      });
-      return *parallel_;
-    }
-    check(ep >= 1 && groups_.gpus() % ep == 0, errc::invalid_argument, [&] {
-      return "group_cache: ep = " + std::to_string(ep) + " must divide the " + std::to_string(groups_.gpus()) +
-             " units of the data-parallel domain";
-    });
-    const int rank = world_->rank(), u = unit(), t = rank % tp_;
-    parallel_comms<Comm> c{ep, world_->split(u, rank), world_->split(u / ep * tp_ + t, u % ep),
-                           world_->split(t, u), world_->split(u % ep * tp_ + t, u / ep)};
+  /// Collective over the world on the first call (later calls are lookups): this rank's fixed
+  /// TP, expert-parallel and data-parallel communicators for the layout's tp and ep. Every rank
+  /// makes the first call at the same point.
+  parallel_comms<Comm>& parallel_groups() {
+    if (parallel_) return *parallel_;
+    const int rank = world_->rank(), u = unit(), t = layout_.tp_rank_of(rank), ep = layout_.ep, tp = layout_.tp;
+    parallel_comms<Comm> c{ep, world_->split(u, rank), world_->split(u / ep * tp + t, u % ep),
+                           world_->split(t, u), world_->split(u % ep * tp + t, u / ep)};
     parallel_.emplace(std::move(c));
     return *parallel_;
   }
@@ -197,12 +203,12 @@ class group_cache {
   }
 
  private:
-  int unit() const noexcept { return world_->rank() / tp_; }
+  int unit() const noexcept { return layout_.unit_of(world_->rank()); }
 
   void check_size(int sp) const {
     check(sp >= 1 && sp <= groups_.gpus() && groups_.block_count(sp) > 0, errc::invalid_argument, [&] {
       return "group_cache: group size " + std::to_string(sp) + " has no block in the group manager's " +
-             std::to_string(groups_.gpus()) + (tp_ == 1 ? " ranks" : " units") + "; use a size it offers";
+             std::to_string(groups_.gpus()) + (layout_.tp == 1 ? " ranks" : " units") + "; use a size it offers";
     });
   }
 
@@ -236,7 +242,7 @@ class group_cache {
     Comm c = world_->split(member ? b.first / sp : no_color, rank);
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (member) {
-      check(c.valid() && c.size() == sp * tp_ && c.rank() == rank - b.first * tp_, errc::mismatch, [&] {
+      check(c.valid() && c.size() == layout_.gpus_of(b).size && c.rank() == rank - layout_.gpus_of(b).first, errc::mismatch, [&] {
         return "group_cache: split for size " + std::to_string(sp) + " gave rank " + std::to_string(c.rank()) +
                " of " + std::to_string(c.size()) + " on world rank " + std::to_string(rank);
       });
@@ -251,7 +257,7 @@ class group_cache {
   std::map<std::pair<int, int>, std::pair<Comm, Comm>> splits_;  // (sp, ring) -> (Ulysses, ring)
   std::vector<group_entry> entries_;
   bool reused_ = false;
-  int tp_ = 1;
+  parallel_layout layout_;
   std::optional<parallel_comms<Comm>> parallel_;
 };
 

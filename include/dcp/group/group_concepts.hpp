@@ -20,33 +20,22 @@
 ///
 /// Units: a manager lays out the planner's ranks, the cost model's units (`cost.gpus()`,
 /// `cost.gpus_per_node()`). With tp = 1 they are GPUs; with tp > 1 a unit is a TP group of tp
-/// GPUs on one node (`<dcp/group/tp_units.hpp>`), so a block of sp units is the GPUs
-/// `tp_units::gpus_of(block)`: the manager never sees TP ranks, and one manager serves every tp.
+/// GPUs on one node (`<dcp/layout.hpp>`), so a block of sp units is the GPUs
+/// `parallel_layout::gpus_of(block)`: the manager never sees TP ranks, and one manager serves every tp.
 /// A planning context (`<dcp/plan/planning_context.hpp>`) requires the manager's N and G to equal
 /// the cost model's.
+/// `rank_block` (a block of ranks) is defined with the layout it indexes (`<dcp/layout.hpp>`).
 /// Shipped: `buddy_groups` (every aligned power-of-two block, lowest rank first) and
 /// `contiguous_groups` (blocks of every size inside a node or of whole nodes). The
 /// communicator of each block is created lazily and cached by `<dcp/group/group_cache.hpp>`.
 
 #include <concepts>
-#include <ostream>
+
+#include <dcp/layout.hpp>
 
 namespace dcp {
 
 struct group_manager_tag {};
-
-/// A contiguous block of ranks [first, first + size).
-struct rank_block {
-  int first = 0;
-  int size = 1;
-
-  constexpr int end() const noexcept { return first + size; }
-  constexpr bool contains(int rank) const noexcept { return rank >= first && rank < first + size; }
-  friend constexpr bool operator==(const rank_block&, const rank_block&) = default;
-  friend std::ostream& operator<<(std::ostream& os, const rank_block& b) {
-    return os << "[" << b.first << ", " << b.end() << ")";
-  }
-};
 
 // The named requirements of `group_manager`, in the order a diagnostic reports them.
 

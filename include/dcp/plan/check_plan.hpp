@@ -31,8 +31,8 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   auto close = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); };
   const int n = cost.gpus();
   if (p.gpus != n) fail("plan is for " + std::to_string(p.gpus) + " GPUs, cost model for " + std::to_string(n));
-  if (p.tp != tp_of(cost))
-    fail("plan has tp = " + std::to_string(p.tp) + " (GPUs per unit), the cost model tp = " + std::to_string(tp_of(cost)));
+  if (p.layout.tp != cost.layout().tp)
+    fail("plan has tp = " + std::to_string(p.layout.tp) + " (GPUs per unit), the cost model tp = " + std::to_string(cost.layout().tp));
 
   // Every sequence exactly once (in a step or skipped), nothing foreign.
   std::map<std::int64_t, int> seen;

@@ -96,10 +96,8 @@ struct dynamic_cp_planner {
       return "dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) + " must be in [1, " +
              std::to_string(x_max) + "] (the tokens per GPU that fit with every block checkpointed), or 0 to tune";
     });
-    check(legal_sp(cost, min_cp_size) && (min_cp_size & (min_cp_size - 1)) == 0, errc::invalid_argument, [&] {
-      int top = 1;
-      for (int sp : legal_sp_sizes(cost))
-        if ((sp & (sp - 1)) == 0) top = sp;
+    check(legal_sp(cost, min_cp_size) && std::has_single_bit(static_cast<unsigned>(min_cp_size)), errc::invalid_argument, [&] {
+      const auto top = widest_power_of_two(legal_sp_sizes(cost));
       return "dynamic_cp min_cp_size = " + std::to_string(min_cp_size) + " is not a legal CP size on " +
              std::to_string(cost.gpus()) + " GPUs with " + std::to_string(cost.heads()) +
              " heads; use a power of two <= " + std::to_string(top) + " (1 = no minimum)";
@@ -205,9 +203,13 @@ struct dynamic_cp_planner {
   // and a manager offering a power of two offers its halves, as buddy and contiguous blocks do).
   template <any_planning_context Ctx>
   static std::int64_t widest(const Ctx& ctx) {
-    std::int64_t top = 1;
-    for (int sp : ctx.sp_sizes())
-      if ((sp & (sp - 1)) == 0) top = sp;
+    return widest_power_of_two(ctx.sp_sizes());
+  }
+  // The widest power of two of ascending `sizes` (1 when there is none).
+  static int widest_power_of_two(const std::vector<int>& sizes) {
+    int top = 1;
+    for (int sp : sizes)
+      if (std::has_single_bit(static_cast<unsigned>(sp))) top = sp;
     return top;
   }
 

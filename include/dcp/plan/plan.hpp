@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/layout.hpp>
 
 namespace dcp {
 
@@ -82,9 +83,10 @@ struct skipped_sequence {
 /// The plan of one global batch.
 struct plan {
   std::string method;  ///< planner that made it ("dcp", "bucket", ...)
-  int gpus = 0;           ///< planner units (TP groups): the job's GPUs / tp
-  int gpus_per_node = 0;  ///< units per node
-  int tp = 1;             ///< GPUs per unit (tensor-parallel size); unit u is GPUs [u tp, (u + 1) tp)
+  int gpus = 0;           ///< planner units (TP groups): `layout.units()`
+  int gpus_per_node = 0;  ///< units per node: `layout.units_per_node()`
+  /// The job's layout it was planned on: unit u is GPUs `layout.gpus_of({u, 1})`, tp of them.
+  parallel_layout layout{};
   double memory_capacity_bytes = 0;
   std::vector<plan_step> steps;  ///< ordered by (start_s, first rank)
   double makespan_s = 0;         ///< end of the last step
@@ -130,7 +132,7 @@ struct plan {
     auto mix_double = [&mix](double d) { mix(std::bit_cast<std::uint64_t>(d)); };
     for (char c : method) mix(static_cast<unsigned char>(c));
     mix(static_cast<std::uint64_t>(gpus));
-    if (tp != 1) mix(0x7470ull ^ static_cast<std::uint64_t>(tp));  // tp = 1 plans hash as before
+    if (layout.tp != 1) mix(0x7470ull ^ static_cast<std::uint64_t>(layout.tp));  // tp = 1 plans hash as before
     mix(static_cast<std::uint64_t>(steps.size()));
     for (const auto& s : steps) {
       mix(static_cast<std::uint64_t>(s.ranks.first));

@@ -54,7 +54,7 @@ class plan_builder {
     plan_.method = std::move(method);
     plan_.gpus = cost.gpus();
     plan_.gpus_per_node = cost.gpus_per_node();
-    plan_.tp = tp_of(cost);
+    plan_.layout = cost.layout();
     plan_.memory_capacity_bytes = cost.capacity();
   }
 

@@ -23,6 +23,7 @@
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/layout.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
@@ -54,6 +55,10 @@ struct planning_context {
              " per node (units are TP groups when tp > 1); build both for the same job";
     });
   }
+
+  /// The job's layout, as the cost model prices it (`<dcp/layout.hpp>`): the manager lays out
+  /// its units.
+  parallel_layout layout() const { return cost.layout(); }
 
   /// The sp sizes a step may use, ascending: legal for the cost model (`legal_sp_sizes`) and
   /// offered by the manager (at least one block).

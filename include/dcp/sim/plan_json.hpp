@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// Plan JSON, `dcp.plan/v2`, exactly DESIGN section 6:
+/// Plan JSON, `dcp.plan/v3`, exactly DESIGN section 6:
 /// ```
-/// { "format": "dcp.plan/v2", "method": "dcp", "gpus": 32, "gpus_per_node": 8, "tp": 1,
+/// { "format": "dcp.plan/v3", "method": "dcp",
+///   "layout": { "gpus": 32, "gpus_per_node": 8, "tp": 1, "ep": 1, "sharding": "zero1", "ring": 1 },
 ///   "memory_capacity_bytes": 1.269e11, "model": {"name": "cogvideox-5b", ...preset fields...},
 ///   "device": {"name": "h200", ...cost constants...},
 ///   "batches": [ { "index": 0, "makespan_s": 1.9, "lower_bound_s": 1.8, "joint_lower_bound_s": 1.85,
@@ -15,9 +16,10 @@
 /// that skipped sequences (`infeasible_policy::skip`) also lists them under "skipped" as
 /// {"id", "tokens", "reason"}; the key is absent otherwise. Every step carries its barrier
 /// "round" (`plan_step::round`), and a plan made for per-GPU speed factors lists them under the
-/// batch's "speeds". "tp" is the GPUs of one planner unit (a TP group, DESIGN section 4.2):
-/// "gpus", "gpus_per_node" and every step's "ranks" and "sp" count units, unit u being GPUs
-/// [u tp, (u + 1) tp). A Ulysses x Ring step carries "ring" (absent: 1), so sp = (sp / ring) x ring.
+/// batch's "speeds". "layout" is the job's `parallel_layout` (GPUs, not units); its "tp" is the
+/// GPUs of one planner unit (a TP group, DESIGN section 4.2): every step's "ranks" and "sp" and
+/// the "speeds" count units, unit u being GPUs [u tp, (u + 1) tp). A Ulysses x Ring step carries
+/// "ring" (absent: 1), so sp = (sp / ring) x ring.
 /// Plans made on a `cost_sum` (a trained model plus frozen forward networks, DESIGN 9.4) name
 /// the trained model under "model" and "device" and list the networks after them under
 /// "frozen", each with every constant of `forward_network`:
@@ -28,12 +30,15 @@
 /// ```
 /// The key is absent for a plain model and in files written before the networks were recorded.
 ///
-/// `read_plan_json` reads such a document back, and `dcp.plan/v1` files too: v1 had no "tp" (its
-/// plans are tp = 1, units are GPUs); v2 requires it. Files written before rounds existed have no
+/// `read_plan_json` reads such a document back, and the older formats too. They had no "layout":
+/// v2 wrote "gpus" and "gpus_per_node" in units and "tp" beside them; v1 only "gpus" and
+/// "gpus_per_node" (its plans are tp = 1). Their layout is then known only as far as N, G and tp
+/// (`plan_document::full_layout` is false); ep, sharding and ring read as their defaults. Files written before rounds existed have no
 /// "round" key on any step: their barriers are inferred from the start times (`infer_rounds`:
 /// exact for lockstep plans, one round for dcp and dynamic_cp plans) and the document's
 /// `warnings` say so.
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -163,10 +168,16 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
   return b;
 }
 
-/// The plan format this version writes; `read_plan_json` also reads `dcp.plan/v1`.
-inline constexpr std::string_view plan_format = "dcp.plan/v2";
+/// The plan format this version writes; `read_plan_json` also reads `dcp.plan/v2` and `/v1`.
+inline constexpr std::string_view plan_format = "dcp.plan/v3";
 
-/// The `dcp.plan/v2` document of `plans` (the batches of one method, in order) made on `cost`.
+/// The "layout" object of a plan document.
+inline nlohmann::ordered_json to_json(const parallel_layout& l) {
+  return {{"gpus", l.gpus}, {"gpus_per_node", l.gpus_per_node}, {"tp", l.tp},
+          {"ep", l.ep},     {"sharding", to_string(l.sharding)}, {"ring", l.ring}};
+}
+
+/// The `dcp.plan/v3` document of `plans` (the batches of one method, in order) made on `cost`.
 /// Model and device come from the cost model's `model` and `device` members when it has them
 /// (the trained model's for a `cost_sum`, whose networks go under "frozen").
 template <cost_model C>
@@ -175,9 +186,7 @@ nlohmann::ordered_json plan_json(const C& cost, std::span<const plan> plans) {
   nlohmann::ordered_json doc;
   doc["format"] = plan_format;
   doc["method"] = plans.empty() ? std::string() : plans.front().method;
-  doc["gpus"] = cost.gpus();
-  doc["gpus_per_node"] = cost.gpus_per_node();
-  doc["tp"] = tp_of(cost);
+  doc["layout"] = to_json(parallel_layout(cost.layout()));
   doc["memory_capacity_bytes"] = cost.capacity();
   if constexpr (requires { to_json_with_extensions(trained.model); })
     doc["model"] = to_json_with_extensions(trained.model);
@@ -215,9 +224,10 @@ void write_plan_json(const std::filesystem::path& path, const C& cost, std::span
 /// A plan JSON document read back: the job it was made for and its plans, one per batch.
 struct plan_document {
   std::string method;
-  int gpus = 0;           ///< planner units
+  int gpus = 0;           ///< planner units (`layout.units()`)
   int gpus_per_node = 0;  ///< units per node
-  int tp = 1;             ///< GPUs per unit (1 for a `dcp.plan/v1` file)
+  parallel_layout layout;   ///< the job's layout; tp = 1 for a `dcp.plan/v1` file
+  bool full_layout = true;  ///< false for v1 and v2 files: only N, G and tp were recorded
   double memory_capacity_bytes = 0;
   std::string model;   ///< the model's name
   std::string device;  ///< the device's name
@@ -229,7 +239,7 @@ struct plan_document {
   friend bool operator==(const plan_document&, const plan_document&) = default;
 };
 
-/// Reads a `dcp.plan/v2` or `dcp.plan/v1` document; `source` names it in errors. Throws
+/// Reads a `dcp.plan/v3`, `/v2` or `/v1` document; `source` names it in errors. Throws
 /// `dcp::error(errc::parse_error)` naming the field for malformed JSON, a wrong format, a missing
 /// or mistyped field, or a step whose ranks are not `sp` consecutive GPUs inside the job.
 inline plan_document read_plan_json(std::istream& in, std::string_view source = "plan") {
@@ -273,16 +283,43 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
   bool rounds_given = false;
   try {
     const std::string f = j.is_object() && j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
-    if (f != plan_format && f != "dcp.plan/v1")
-      fail("unknown format '" + f + "'; expected \"" + std::string(plan_format) + "\" (or \"dcp.plan/v1\")");
+    if (f != plan_format && f != "dcp.plan/v2" && f != "dcp.plan/v1")
+      fail("unknown format '" + f + "'; expected \"" + std::string(plan_format) + "\" (or \"dcp.plan/v2\", \"dcp.plan/v1\")");
     format = f;
     doc.method = at(j, "method", "the document").get<std::string>();
-    doc.gpus = static_cast<int>(integer(at(j, "gpus", "the document"), "gpus", 1, int_max));
-    doc.gpus_per_node = static_cast<int>(integer(at(j, "gpus_per_node", "the document"), "gpus_per_node", 1, int_max));
-    if (format != "dcp.plan/v1") {
-      doc.tp = static_cast<int>(integer(at(j, "tp", "the document"), "tp", 1, int_max));
-      if ((doc.tp & (doc.tp - 1)) != 0) fail("\"tp\" = " + std::to_string(doc.tp) + " must be a power of two");
+    parallel_layout& l = doc.layout;
+    if (format == plan_format) {
+      const auto& jl = at(j, "layout", "the document");
+      l.gpus = static_cast<int>(integer(at(jl, "gpus", "\"layout\""), "layout gpus", 1, int_max));
+      l.gpus_per_node = static_cast<int>(integer(at(jl, "gpus_per_node", "\"layout\""), "layout gpus_per_node", 1, int_max));
+      l.tp = static_cast<int>(integer(at(jl, "tp", "\"layout\""), "layout tp", 1, int_max));
+      l.ep = static_cast<int>(integer(at(jl, "ep", "\"layout\""), "layout ep", 1, int_max));
+      const auto& sharding = at(jl, "sharding", "\"layout\"");
+      if (!sharding.is_string()) fail("field 'layout sharding' = " + sharding.dump() + " is not a string");
+      try {
+        l.sharding = sharding_of(sharding.get<std::string>());
+      } catch (const error&) {
+        fail("field 'layout sharding' = " + sharding.dump() + " is not replicated, zero1 or zero3");
+      }
+      l.ring = static_cast<int>(integer(at(jl, "ring", "\"layout\""), "layout ring", 1, int_max));
+    } else {
+      // Units and tp; v1 plans are tp = 1.
+      const auto units = integer(at(j, "gpus", "the document"), "gpus", 1, int_max);
+      const auto per_node = integer(at(j, "gpus_per_node", "the document"), "gpus_per_node", 1, int_max);
+      if (format != "dcp.plan/v1") l.tp = static_cast<int>(integer(at(j, "tp", "the document"), "tp", 1, 1024));
+      if (units * l.tp > int_max || per_node * l.tp > int_max) fail("\"gpus\" x \"tp\" overflows");
+      l.gpus = static_cast<int>(units * l.tp), l.gpus_per_node = static_cast<int>(per_node * l.tp);
+      doc.full_layout = false;
     }
+    try {
+      l.validate();
+    } catch (const error& e) {
+      std::string why = e.what();  // without the category's words: this is a parse error
+      const std::string category = ": " + e.code().message();
+      if (why.ends_with(category)) why.resize(why.size() - category.size());
+      fail("\"layout\": " + why);
+    }
+    doc.gpus = l.units(), doc.gpus_per_node = l.units_per_node();
     doc.memory_capacity_bytes = number(at(j, "memory_capacity_bytes", "the document"), "memory_capacity_bytes");
     doc.model = at(at(j, "model", "the document"), "name", "\"model\"").get<std::string>();
     doc.device = at(at(j, "device", "the document"), "name", "\"device\"").get<std::string>();
@@ -321,7 +358,7 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
       const std::string wb = "batch " + std::to_string(b);
       const auto& jb = batches[b];
       plan p;
-      p.method = doc.method, p.gpus = doc.gpus, p.gpus_per_node = doc.gpus_per_node, p.tp = doc.tp;
+      p.method = doc.method, p.gpus = doc.gpus, p.gpus_per_node = doc.gpus_per_node, p.layout = doc.layout;
       p.memory_capacity_bytes = doc.memory_capacity_bytes;
       p.makespan_s = number(at(jb, "makespan_s", wb), wb + " makespan_s");
       p.lower_bound_s = number(at(jb, "lower_bound_s", wb), wb + " lower_bound_s");
@@ -355,7 +392,7 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
         // Ulysses x Ring split; files without it run Ulysses over all sp ranks.
         if (js.contains("ring")) {
           st.ring = static_cast<int>(integer(js.at("ring"), ws + " ring", 1, sp));
-          if (sp % st.ring != 0 || (st.ring & (st.ring - 1)) != 0)
+          if (sp % st.ring != 0 || !std::has_single_bit(static_cast<unsigned>(st.ring)))
             fail(ws + ": \"ring\" = " + std::to_string(st.ring) + " must be a power of two dividing sp = " +
                  std::to_string(sp));
         }

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <sstream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/cost/cost_sum.hpp>
 #include <dcp/error.hpp>
+#include <dcp/layout.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/sequence.hpp>
@@ -39,12 +41,11 @@ namespace dcp::sim {
 struct replay_job {
   std::string model;   ///< the trained model's name
   std::string device;  ///< the device's name
-  int tp = 1;          ///< GPUs per planner unit
   friend bool operator==(const replay_job&, const replay_job&) = default;
 };
 
 /// Throws `dcp::error(errc::mismatch)` unless `doc` (read from `source`) fits the run: its job
-/// (units, units per node, tp, capacity, model and device) is `cost`'s and `job`'s, it has one plan per batch of `batches`, and every plan keeps the laws
+/// (its layout, capacity, model and device) is `cost`'s and `job`'s, it has one plan per batch of `batches`, and every plan keeps the laws
 /// of `plan_violations` against its batch on `cost`.
 template <cost_model C>
 void check_replay(const plan_document& doc, std::string_view source, const C& cost,
@@ -61,8 +62,16 @@ void check_replay(const plan_document& doc, std::string_view source, const C& co
        "made for " + std::to_string(doc.gpus_per_node) + " GPUs per node, this run has " +
            std::to_string(cost.gpus_per_node()),
        "pass --gpus-per-node " + std::to_string(doc.gpus_per_node) + " or " + same_run);
-  need(doc.tp == job.tp, "made for tp = " + std::to_string(doc.tp) + ", this run has tp = " + std::to_string(job.tp),
-       "pass --tp " + std::to_string(doc.tp) + " or " + same_run);
+  const parallel_layout& run = cost.layout();
+  need(doc.layout.tp == run.tp,
+       "made for tp = " + std::to_string(doc.layout.tp) + ", this run has tp = " + std::to_string(run.tp),
+       "pass --tp " + std::to_string(doc.layout.tp) + " or " + same_run);
+  if (doc.full_layout) {  // v1 and v2 files recorded N, G and tp only
+    std::ostringstream made, here;
+    made << doc.layout, here << run;
+    need(doc.layout == run, "made for " + made.str() + ", this run has " + here.str(),
+         "pass the same --tp, --ep, --sharding and --ring, or " + same_run);
+  }
   need(doc.model == job.model, "made for model '" + doc.model + "', this run plans '" + job.model + "'",
        "pass --model " + doc.model + " or " + same_run);
   need(doc.device == job.device, "made for device '" + doc.device + "', this run has '" + job.device + "'",

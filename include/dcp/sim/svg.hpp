@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,8 +17,8 @@
 #include <fstream>
 #include <map>
 #include <ostream>
-#include <span>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -64,7 +65,7 @@ inline const char* sp_colour(int sp) noexcept {
                                                        "#6e4466", "#b85f69", "#5e463a", "#6f6862", "#0e7f8a"};
   int level = 0;
   while ((1 << (level + 1)) <= sp && level + 1 < static_cast<int>(palette.size())) ++level;
-  return ((sp & (sp - 1)) == 0 ? palette : between)[static_cast<std::size_t>(level)];
+  return (std::has_single_bit(static_cast<unsigned>(sp)) ? palette : between)[static_cast<std::size_t>(level)];
 }
 
 }  // namespace detail
@@ -78,7 +79,7 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
   for (const auto& run : runs) {
     double total = 0;
     for (const auto& p : run.plans) {
-      gpus = std::max(gpus, p.gpus), tp = std::max(tp, p.tp), total += p.makespan_s;
+      gpus = std::max(gpus, p.gpus), tp = std::max(tp, p.layout.tp), total += p.makespan_s;
       for (const auto& s : p.steps) widest = std::max(widest, s.sp()), sizes.insert(s.sp());
     }
     longest = std::max(longest, total);
@@ -140,7 +141,7 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
            << detail::sp_colour(s.sp()) << "\" stroke=\"#333\" stroke-width=\"" << (lane >= 4 ? "0.4" : "0")
            << "\"><title>batch " << b << ", ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp();
         if (s.ring != 1) os << " (ulysses " << s.ulysses() << " x ring " << s.ring << ")";
-        if (p.tp != 1) os << " of tp " << p.tp << " (GPUs [" << s.ranks.first * p.tp << ", " << s.ranks.end() * p.tp << "))";
+        if (p.layout.tp != 1) os << " of tp " << p.layout.tp << " (GPUs " << p.layout.gpus_of(s.ranks) << ")";
         os << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
            << " checkpointed blocks, " << num(s.memory_bytes / 1e9) << " GB, start " << num(s.start_s) << " s, time "
            << num(s.time_s) << " s, round " << s.round << "</title></rect>\n";

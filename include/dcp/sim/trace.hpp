@@ -34,15 +34,16 @@ namespace detail {
 // The names below are appended piece by piece: GCC 12 at -O3 takes `"literal" + std::string`
 // for a copy onto overlapping memory (a false -Wrestrict).
 
-// "GPU 3", or "TP group 1 (GPUs 8-15)" for a unit of `tp` > 1 GPUs.
-inline std::string trace_track_name(int unit, int tp) {
-  std::string out = tp == 1 ? "GPU " : "TP group ";
+// "GPU 3", or "TP group 1 (GPUs 8-15)" for a unit of tp > 1 GPUs.
+inline std::string trace_track_name(int unit, const parallel_layout& layout) {
+  std::string out = layout.tp == 1 ? "GPU " : "TP group ";
   out += std::to_string(unit);
-  if (tp == 1) return out;
+  if (layout.tp == 1) return out;
+  const rank_block g = layout.gpus_of({unit, 1});
   out += " (GPUs ";
-  out += std::to_string(unit * tp);
+  out += std::to_string(g.first);
   out += '-';
-  out += std::to_string((unit + 1) * tp - 1);
+  out += std::to_string(g.end() - 1);
   out += ')';
   return out;
 }
@@ -77,12 +78,13 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
   };
   for (std::size_t m = 0; m < runs.size(); ++m) {
     const int pid = static_cast<int>(m) + 1;
-    int gpus = 0, tp = 1;
-    for (const auto& p : runs[m].plans) gpus = std::max(gpus, p.gpus), tp = std::max(tp, p.tp);
+    int gpus = 0;
+    parallel_layout layout;  // a method's plans share one layout
+    for (const auto& p : runs[m].plans) gpus = std::max(gpus, p.gpus), layout = p.layout;
     emit({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", std::string(runs[m].method)}}}});
     emit({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
     for (int r = 0; r < gpus; ++r) {
-      const std::string track = detail::trace_track_name(r, tp);
+      const std::string track = detail::trace_track_name(r, layout);
       emit({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"name", track}}}});
       emit({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", r}, {"args", {{"sort_index", r}}}});
     }
@@ -114,7 +116,7 @@ inline void write_trace(std::ostream& os, std::span<const timeline> runs) {
           args["ulysses"] = s.ulysses();
           args["ring"] = s.ring;
         }
-        if (p.tp != 1) args["tp"] = p.tp;
+        if (p.layout.tp != 1) args["tp"] = p.layout.tp;
         for (int r = s.ranks.first; r < s.ranks.end(); ++r)
           emit({{"name", name},
                 {"cat", "step"},

@@ -30,6 +30,7 @@ struct cost_model_archetype {
   double work_floor(const load_type&, int sp, int k) const;
   double capacity() const;
   int blocks() const;
+  parallel_layout layout() const;
   int gpus() const;
   int gpus_per_node() const;
   int heads() const;
