@@ -38,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::istringstream back(again.dump());
   auto read_back = dcp::sim::read_plan_json(back, "round trip");
   read_back.warnings = doc.warnings;  // they describe the file read (rounds inferred), not its plans
+  read_back.full_layout = doc.full_layout;  // so does this (a v1 or v2 file records less of the layout)
   if (!(read_back == doc)) {
     std::fprintf(stderr, "plan JSON does not round-trip\n");
     std::abort();
