@@ -18,9 +18,9 @@
 #include <utility>
 
 #include <dcp/cost/analytic.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 

@@ -35,6 +35,7 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 
@@ -53,8 +54,8 @@ const std::vector<dcp::sequence>& batch_of(const char* workload, std::int64_t co
 
 template <class P>
 P prepared(const dcp::analytic_cost& cost, std::span<const dcp::sequence> batch) {
-  if constexpr (requires(const P& p) { p.tune(cost, batch); })
-    return P{}.tune(cost, batch);
+  if constexpr (dcp::tunable_planner<P, dcp::analytic_cost>)
+    return dcp::tune(P{}, cost, batch);
   else
     return P{};
 }

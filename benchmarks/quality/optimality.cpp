@@ -28,6 +28,7 @@
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include "optimum.hpp"
 
@@ -98,7 +99,7 @@ int main(int argc, char** argv) try {
       }
       const dcp::plan opt = dcp::bench::optimal_plan(cost, batch);
       const dcp::plan d = dcp::dcp_planner{}.plan(cost, batch);
-      const dcp::plan y = dcp::dynamic_cp_planner{}.plan(cost, batch);
+      const dcp::plan y = dcp::tune(dcp::dynamic_cp_planner{}, cost, batch).plan(cost, batch);
       const std::string where = w + " instance " + std::to_string(t);
       for (const dcp::plan* p : {&opt, &d, &y}) {
         const auto bad = dcp::plan_violations(*p, batch, cost);

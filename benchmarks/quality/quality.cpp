@@ -34,10 +34,10 @@
 #include <dcp/cost/analytic.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/report.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 

@@ -214,9 +214,11 @@ void run_with_planner(Comm& world, const arguments& a) {
     if (a.planner == "dcp") {
       train<T>(world, a, cost, dcp::dcp_planner{});
     } else if (a.planner == "bucket") {
-      train<T>(world, a, cost, dcp::bucket_planner{}.tune(cost, std::span<const dcp::sequence>(data), a.batch_tokens));
+      const std::span<const dcp::sequence> all(data);
+      train<T>(world, a, cost, dcp::tune(dcp::bucket_planner{}, cost, all, a.batch_tokens));
     } else {
-      train<T>(world, a, cost, dcp::packed_planner{}.tune(cost, std::span<const dcp::sequence>(data), a.batch_tokens));
+      const std::span<const dcp::sequence> all(data);
+      train<T>(world, a, cost, dcp::tune(dcp::packed_planner{}, cost, all, a.batch_tokens));
     }
   };
   if (!a.profile && a.profile_in.empty() && !a.calibrate) {

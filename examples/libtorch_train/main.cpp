@@ -23,6 +23,7 @@
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/policies.hpp>
 #include <dcp/scheduler.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include "corpus.hpp"
 #include "gpt.hpp"
@@ -175,11 +176,11 @@ void run(dcp::mpi_comm& world, const arguments& a) {
     train(world, b, data, dcp::default_policies{});
   } else if (b.planner == "bucket") {
     dcp::policies<dcp::bucket_planner> p;
-    p.planner = dcp::bucket_planner{}.tune(cost, std::span<const dcp::sequence>(dataset), b.batch_tokens, b.seed);
+    p.planner = dcp::tune(dcp::bucket_planner{}, cost, std::span<const dcp::sequence>(dataset), b.batch_tokens, b.seed);
     train(world, b, data, p);
   } else {
     dcp::policies<dcp::packed_planner> p;
-    p.planner = dcp::packed_planner{}.tune(cost, std::span<const dcp::sequence>(dataset), b.batch_tokens, b.seed);
+    p.planner = dcp::tune(dcp::packed_planner{}, cost, std::span<const dcp::sequence>(dataset), b.batch_tokens, b.seed);
     train(world, b, data, p);
   }
 }

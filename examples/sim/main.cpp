@@ -37,11 +37,10 @@
 #include <dcp/cost/profiled_cost.hpp>
 #include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/transformer.hpp>
-#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/plan/planning_context.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/sim/calibrated.hpp>
 #include <dcp/sim/execute.hpp>
@@ -55,6 +54,7 @@
 #include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
 #include <dcp/workload/lengths_file.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 

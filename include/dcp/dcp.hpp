@@ -30,8 +30,8 @@
 #include <dcp/cost/scaled_cost.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
-#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/check_groups.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/layout.hpp>
@@ -42,6 +42,7 @@
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/fixed_sp.hpp>
 #include <dcp/plan/infer_rounds.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
@@ -49,7 +50,6 @@
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/policies.hpp>
 #include <dcp/profile/memory_counter.hpp>
 #include <dcp/profile/profile_json.hpp>
@@ -77,3 +77,4 @@
 #include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
 #include <dcp/workload/lengths_file.hpp>
+#include <dcp/workload/tuning.hpp>

@@ -198,10 +198,6 @@ class scheduler {
       if (options_.loss) policies_.planner.loss = *options_.loss;
     if constexpr (skipping_planner<planner_type>)
       if (options_.on_infeasible) policies_.planner.on_infeasible = *options_.on_infeasible;
-    // Planners that bucket by length (the bucket baseline) use the bundle's bucketing, unless
-    // they were already tuned on their own buckets.
-    if constexpr (bucketing_planner<planner_type, bucketing_type>)
-      if (policies_.planner.sp == 0) policies_.planner.token_buckets = policies_.bucketing;
     if (options_.calibration.enabled) {
       check(tp() == 1, errc::unsupported, [&] {
         return "scheduler: calibration fits the tp = 1 model; the cost model has tp = " + std::to_string(tp()) +

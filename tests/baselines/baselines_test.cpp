@@ -22,9 +22,9 @@
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/random.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 
@@ -112,13 +112,16 @@ TEST(Baselines, BucketKeepsThePlanLawsOnRandomBatches) {
   dcp::xoshiro256ss g(101);
   for (int i = 0; i < 800; ++i) {
     const scenario s = random_scenario(g);
-    dcp::bucket_planner untuned;  // tunes itself on each batch
+    dcp::bucket_planner untuned;  // a planner never tunes itself: dcp::tune does
     untuned.seed = i;
-    const dcp::plan p = check_laws(untuned, s, "bucket");
-    const auto tuned = untuned.tune(s.cost, s.batch);
+    if (i % 100 == 0) {
+      EXPECT_DCP_ERROR((void)untuned.plan(s.cost, std::span<const sequence>(s.batch)), dcp::errc::invalid_argument,
+                       "bucket planner: sp = 0 is not tuned", "dcp::tune");
+    }
+    const auto tuned = dcp::tune(untuned, s.cost, s.batch);
+    EXPECT_EQ(tuned.seed, untuned.seed) << "tuning keeps the other knobs";
     const dcp::plan q = check_laws(tuned, s, "bucket (tuned)");
     check_synchronised(q, tuned.sp, s.cost.gpus());
-    EXPECT_EQ(p.hash(), q.hash()) << "self-tuning on a batch is tuning on it";
   }
 }
 
@@ -126,7 +129,7 @@ TEST(Baselines, PackedKeepsThePlanLawsOnRandomBatches) {
   dcp::xoshiro256ss g(202);
   for (int i = 0; i < 1000; ++i) {
     const scenario s = random_scenario(g);
-    const auto tuned = dcp::packed_planner{}.tune(s.cost, s.batch);
+    const auto tuned = dcp::tune(dcp::packed_planner{}, s.cost, s.batch);
     const dcp::plan p = check_laws(tuned, s, "packed");
     check_synchronised(p, tuned.sp, s.cost.gpus());
     const std::int64_t cap = dcp::step_token_capacity(s.cost, tuned.sp, s.cost.blocks());
@@ -158,16 +161,20 @@ TEST(Baselines, DynamicCpKeepsThePlanLawsOnRandomBatches) {
   for (int i = 0; i < 1000; ++i) {
     SCOPED_TRACE("seed " + std::to_string(seed) + ", scenario " + std::to_string(i));
     const scenario s = random_scenario(g);
-    dcp::dynamic_cp_planner untuned;  // tunes itself on each batch
+    dcp::dynamic_cp_planner untuned;  // a planner never tunes itself: dcp::tune does
     auto sps = dcp::legal_sp_sizes(s.cost);
     std::erase_if(sps, [](int sp) { return (sp & (sp - 1)) != 0; });  // Megatron's CP sizes
     untuned.min_cp_size = dcp::uniform_below(g, 3) == 0 ? sps[dcp::uniform_below(g, sps.size())] : 1;
     untuned.pad_sequences = dcp::uniform_below(g, 2) == 0;
-    const dcp::plan p = check_laws(untuned, s, "dynamic_cp");
-    const auto tuned = untuned.tune(s.cost, s.batch);
+    if (i % 100 == 0) {
+      EXPECT_DCP_ERROR((void)untuned.plan(s.cost, std::span<const sequence>(s.batch)), dcp::errc::invalid_argument,
+                       "dynamic_cp planner: max_tokens_per_rank = 0 is not tuned", "dcp::tune");
+    }
+    const auto tuned = dcp::tune(untuned, s.cost, s.batch);
     ASSERT_GT(tuned.max_tokens_per_rank, 0);
+    EXPECT_EQ(tuned.min_cp_size, untuned.min_cp_size);
+    EXPECT_EQ(tuned.pad_sequences, untuned.pad_sequences);
     const dcp::plan q = check_laws(tuned, s, "dynamic_cp (tuned)");
-    EXPECT_EQ(p.hash(), q.hash()) << "self-tuning on a batch is tuning on it";
     check_gang_starts(q, "dynamic_cp");
     for (const auto& st : q.steps) {
       EXPECT_EQ(st.round, 0) << "one plan round: no barrier between micro-batches";
@@ -259,13 +266,13 @@ TEST(Baselines, DynamicCpTuningIsDeterministicAndOrderIndependent) {
   const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 16);
   auto data = dcp::workloads::make("cogvideox-zipf10", 5);
   data.resize(2500);
-  const auto tuned = dcp::dynamic_cp_planner{}.tune(cost, data);
-  EXPECT_EQ(tuned, dcp::dynamic_cp_planner{}.tune(cost, data));
+  const auto tuned = dcp::tune(dcp::dynamic_cp_planner{}, cost, data);
+  EXPECT_EQ(tuned, dcp::tune(dcp::dynamic_cp_planner{}, cost, data));
   auto shuffled = data;
   dcp::xoshiro256ss g(9);
   dcp::fisher_yates(std::span<sequence>(shuffled), g);
-  EXPECT_EQ(tuned.max_tokens_per_rank, dcp::dynamic_cp_planner{}.tune(cost, shuffled).max_tokens_per_rank);
-  const auto candidates = dcp::dynamic_cp_planner::limit_candidates(cost);
+  EXPECT_EQ(tuned.max_tokens_per_rank, dcp::tune(dcp::dynamic_cp_planner{}, cost, shuffled).max_tokens_per_rank);
+  const auto candidates = dcp::dynamic_cp_limit_candidates(cost);
   ASSERT_EQ(candidates.size(), dcp::fill_candidates.size());
   EXPECT_NE(std::find(candidates.begin(), candidates.end(), tuned.max_tokens_per_rank), candidates.end());
   // The chosen limit is the fastest candidate over the tuning epoch.
@@ -320,7 +327,8 @@ TEST(Baselines, LossWeightsFollowTheNormalisation) {
   packed.loss = dcp::loss_normalization::sample_mean;
   dcp::dynamic_cp_planner dyn;
   dyn.loss = dcp::loss_normalization::sample_mean;
-  for (const auto& p : {packed.plan(s.cost, std::span<const sequence>(s.batch)), dyn.plan(s.cost, std::span<const sequence>(s.batch))})
+  const std::span<const sequence> batch(s.batch);
+  for (const auto& p : {dcp::tune(packed, s.cost, batch).plan(s.cost, batch), dcp::tune(dyn, s.cost, batch).plan(s.cost, batch)})
     for (const auto& st : p.steps)
       for (const auto& q : st.sequences) EXPECT_DOUBLE_EQ(q.loss_weight, 1.0 / static_cast<double>(s.batch.size()));
 }
@@ -333,8 +341,8 @@ TEST(Baselines, TuningPicksTheFastestFeasibleSp) {
   const auto candidates = dcp::fixed_sp_candidates(cost, data);
   ASSERT_FALSE(candidates.empty());
 
-  const auto bucket = dcp::bucket_planner{}.tune(cost, data);
-  const auto packed = dcp::packed_planner{}.tune(cost, data);
+  const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, data);
+  const auto packed = dcp::tune(dcp::packed_planner{}, cost, data);
   for (int sp : {bucket.sp, packed.sp}) {
     EXPECT_NE(std::find(candidates.begin(), candidates.end(), sp), candidates.end());
     for (const auto& s : data) EXPECT_TRUE(dcp::fits_checkpointed(cost, s, sp));
@@ -370,12 +378,12 @@ TEST(Baselines, TuningRespectsTheLongestSequence) {
   data.push_back(dcp::make_sequence(1000, 1'000'000));
   const auto candidates = dcp::fixed_sp_candidates(cost, data);
   EXPECT_EQ(candidates.front(), 8);
-  const auto bucket = dcp::bucket_planner{}.tune(cost, data);
-  const auto packed = dcp::packed_planner{}.tune(cost, data);
+  const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, data);
+  const auto packed = dcp::tune(dcp::packed_planner{}, cost, data);
   EXPECT_GE(bucket.sp, 8);
   EXPECT_GE(packed.sp, 8);
   EXPECT_EQ(bucket.keys, dcp::bucket_keys::tokens);  // 1D text: geometric token buckets
-  const auto dynamic = dcp::dynamic_cp_planner{}.tune(cost, data);  // 1M tokens: a CP group of 8 at least
+  const auto dynamic = dcp::tune(dcp::dynamic_cp_planner{}, cost, data);  // 1M tokens: a CP group of 8 at least
   EXPECT_GE(dynamic.cp_size_of(1'000'000, dynamic.max_tokens_per_rank), 8);
   EXPECT_LE(dynamic.cp_size_of(1'000'000, dynamic.max_tokens_per_rank), 32);
   // A planner whose sp cannot hold the long sequence (tuned on data without it): a clear
@@ -394,7 +402,7 @@ TEST(Baselines, BucketMicroBatchesHoldOneShapeWithinTheScaledBatchSize) {
   const auto cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 16);
   auto data = dcp::workloads::make("opensora-zipf10", 1);
   data.resize(4000);
-  const auto bucket = dcp::bucket_planner{}.tune(cost, data);
+  const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, data);
   ASSERT_EQ(bucket.keys, dcp::bucket_keys::shape);
   const auto info = bucket.buckets(cost, data, bucket.sp);
   std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> scaled;
@@ -425,8 +433,14 @@ TEST(Baselines, InfeasibleSequencesAreErrorsOrSkipped) {
   const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
   const std::vector<sequence> batch{dcp::make_sequence(1, 4096), dcp::make_sequence(2, 50'000'000),
                                     dcp::make_sequence(3, 9000)};
+  // Tuned on the batch (a tuner meets the data first), and planned with a knob set.
   auto expect_error = [&](const auto& planner) {
-    EXPECT_DCP_ERROR((void)planner.plan(cost, std::span<const sequence>(batch)), dcp::errc::infeasible, "sequence 2 ")
+    EXPECT_DCP_ERROR((void)dcp::tune(planner, cost, std::span<const sequence>(batch)), dcp::errc::infeasible, "sequence 2 ")
+        << planner.name();
+    auto set = planner;
+    if constexpr (requires { set.sp; }) set.sp = 1;
+    else set.max_tokens_per_rank = 1000;
+    EXPECT_DCP_ERROR((void)set.plan(cost, std::span<const sequence>(batch)), dcp::errc::infeasible, "sequence 2 ")
         << planner.name();
   };
   expect_error(dcp::bucket_planner{});
@@ -434,7 +448,7 @@ TEST(Baselines, InfeasibleSequencesAreErrorsOrSkipped) {
   expect_error(dcp::dynamic_cp_planner{});
   auto check_skip = [&](auto planner) {
     planner.on_infeasible = dcp::infeasible_policy::skip;
-    const auto p = planner.plan(cost, std::span<const sequence>(batch));
+    const auto p = dcp::tune(planner, cost, std::span<const sequence>(batch)).plan(cost, std::span<const sequence>(batch));
     ASSERT_EQ(p.skipped.size(), 1u) << planner.name();
     EXPECT_EQ(p.skipped.front().id, 2);
     EXPECT_TRUE(dcp::plan_violations(p, batch, cost).empty()) << planner.name();
@@ -446,6 +460,9 @@ TEST(Baselines, InfeasibleSequencesAreErrorsOrSkipped) {
   const std::vector<sequence> hopeless{dcp::make_sequence(5, 60'000'000)};
   dcp::bucket_planner b;
   b.on_infeasible = dcp::infeasible_policy::skip;
+  EXPECT_DCP_ERROR((void)dcp::tune(b, cost, std::span<const sequence>(hopeless)), dcp::errc::infeasible,
+                   "nothing to tune on");
+  b.sp = 1;
   const auto p = b.plan(cost, std::span<const sequence>(hopeless));
   EXPECT_TRUE(p.steps.empty());
   EXPECT_EQ(p.skipped.size(), 1u);
@@ -460,10 +477,10 @@ TEST(Baselines, BadBatchesAreClearErrors) {
     EXPECT_DCP_ERROR((void)planner.plan(cost, std::span<const sequence>(batch)), dcp::errc::invalid_argument)
         << planner.name() << " accepted a bad batch";
   };
-  for (const auto* batch : {&empty, &twice}) {
-    expect_invalid(dcp::bucket_planner{}, *batch);
-    expect_invalid(dcp::packed_planner{}, *batch);
-    expect_invalid(dcp::dynamic_cp_planner{}, *batch);
+  for (const auto* batch : {&empty, &twice}) {  // tuned knobs: the batch, not the knob, is refused
+    expect_invalid(dcp::bucket_planner{.sp = 1}, *batch);
+    expect_invalid(dcp::packed_planner{.sp = 1}, *batch);
+    expect_invalid(dcp::dynamic_cp_planner{.max_tokens_per_rank = 1000}, *batch);
   }
   dcp::packed_planner bad;
   bad.sp = 3;  // not a power of two

@@ -12,12 +12,12 @@
 #include <dcp/cost/analytic.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/plan/planning_context.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/sim/calibrated.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include <dcp_test/node_local_groups.hpp>
 

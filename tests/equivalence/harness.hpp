@@ -164,7 +164,7 @@ inline std::int64_t longest_needing_ring(const setup& s, int world) {
 template <class Planner>
 Planner tuned(const setup& s, int world) {
   const auto data = s.dataset();
-  return Planner{}.tune(s.cost(world), std::span<const dcp::sequence>(data), s.batch_tokens, s.options(world).seed);
+  return dcp::tune(Planner{}, s.cost(world), std::span<const dcp::sequence>(data), s.batch_tokens, s.options(world).seed);
 }
 
 }  // namespace equivalence

@@ -316,6 +316,14 @@ const std::vector<entry>& catalogue() {
                   std::vector{dcp::make_sequence(1, 1000)});
          });
        }},
+      {"baseline-untuned", "invalid_argument",
+       "bucket planner: sp = 0 is not tuned; choose it on the workload with dcp::tune(planner, ctx, data)",
+       [] {
+         return lib([] {
+           dcp::bucket_planner{}.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+                                      std::vector{dcp::make_sequence(1, 1000)});
+         });
+       }},
       {"dynamic-cp-limit-out-of-range", "invalid_argument", "dynamic_cp max_tokens_per_rank = -5 must be in [1, ",
        [] {
          return lib([] {

@@ -12,16 +12,20 @@
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include "fuzz_input.hpp"
 
 namespace {
 
+// A static baseline runs tuned on the batch (`dcp::tune`), as its users tune it on their data.
 template <class Planner>
-void run(const Planner& p, const dcp::analytic_cost& cost, const std::vector<dcp::sequence>& batch) {
+void run(const Planner& untuned, const dcp::analytic_cost& cost, const std::vector<dcp::sequence>& batch) {
   dcp::plan plan;
+  Planner p = untuned;
   // Must catch: a fuzz target sorts the error codes itself (infeasible is allowed, others abort).
   try {
+    if constexpr (dcp::tunable_planner<Planner, dcp::analytic_cost>) p = dcp::tune(untuned, cost, batch);
     plan = p.plan(cost, batch);
   } catch (const dcp::error& e) {
     // Only an infeasible sequence (error policy) may stop a valid batch.

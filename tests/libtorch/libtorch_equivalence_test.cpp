@@ -28,6 +28,7 @@
 #include <dcp/policies.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/scheduler.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include "../../examples/libtorch_train/corpus.hpp"
 #include "../../examples/libtorch_train/gpt.hpp"
@@ -185,9 +186,9 @@ TEST(libtorch_equivalence, adamw_after_three_steps_matches_full_batch) {
   const int R = world.size();
   const auto dataset = s.data.dataset();
   dcp::policies<dcp::bucket_planner> bucket;
-  bucket.planner = dcp::bucket_planner{}.tune(s.cost(R), std::span<const dcp::sequence>(dataset), s.batch_tokens, s.seed);
+  bucket.planner = dcp::tune(dcp::bucket_planner{}, s.cost(R), std::span<const dcp::sequence>(dataset), s.batch_tokens, s.seed);
   dcp::policies<dcp::packed_planner> packed;
-  packed.planner = dcp::packed_planner{}.tune(s.cost(R), std::span<const dcp::sequence>(dataset), s.batch_tokens, s.seed);
+  packed.planner = dcp::tune(dcp::packed_planner{}, s.cost(R), std::span<const dcp::sequence>(dataset), s.batch_tokens, s.seed);
   const run_result runs[] = {run_planned(world, s, dcp::default_policies{}), run_planned(world, s, bucket),
                              run_planned(world, s, packed)};
   if (world.rank() != 0) return;  // rank 0 checks against the reference it trains alone

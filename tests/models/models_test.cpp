@@ -29,6 +29,7 @@
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/random.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #ifndef DCP_TEST_MODELS_JSON
 #error "DCP_TEST_MODELS_JSON must name tests/data/models.json"
@@ -431,8 +432,8 @@ TEST(ModelPlans, EveryPlannerKeepsThePlanLawsOnNewLayouts) {
         batch.push_back(dcp::make_sequence(i * 7 + trial, std::max<std::int64_t>(1, static_cast<std::int64_t>(n))));
       }
       const std::span<const dcp::sequence> b(batch);
-      const dcp::plan ps[] = {dcp::dcp_planner{}.plan(cost, b), dcp::bucket_planner{}.plan(cost, b),
-                              dcp::packed_planner{}.plan(cost, b), dcp::dynamic_cp_planner{}.plan(cost, b)};
+      const dcp::plan ps[] = {dcp::dcp_planner{}.plan(cost, b), dcp::tune(dcp::bucket_planner{}, cost, b).plan(cost, b),
+                              dcp::tune(dcp::packed_planner{}, cost, b).plan(cost, b), dcp::tune(dcp::dynamic_cp_planner{}, cost, b).plan(cost, b)};
       const double bound = dcp::joint_lower_bound(cost, b);
       for (const auto& p : ps) {
         const auto v = dcp::plan_violations(p, b, cost);

@@ -26,6 +26,7 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/scheduler.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include <dcp_test/support.hpp>
 
@@ -150,10 +151,10 @@ TEST(contiguous_groups, every_planner_plans_valid_plans_and_dcp_is_never_slower_
       if (p.efficiency() < 0.999) EXPECT_LE(p.makespan_s, q.makespan_s * (1 + 1e-12)) << k.model.name << " trial " << trial;
       EXPECT_LE(p.joint_lower_bound_s, q.joint_lower_bound_s * (1 + 1e-12));  // more options, lower bound
       for (const auto& s : dcp::dcp_planner{.inter = false}.plan(on_any, batch).steps) other_sizes += !power_of_two(s.sp());
-      const dcp::plan d = dcp::dynamic_cp_planner{}.plan(on_any, batch);
+      const dcp::plan d = dcp::tune(dcp::dynamic_cp_planner{}, on_any, batch).plan(on_any, batch);
       EXPECT_TRUE(dcp::plan_violations(d, batch, c, any).empty());
       for (const auto& s : d.steps) EXPECT_TRUE(power_of_two(s.sp())) << "dynamic_cp sp " << s.sp();
-      EXPECT_EQ(d.hash(), dcp::dynamic_cp_planner{}.plan(on_buddy, batch).hash());
+      EXPECT_EQ(d.hash(), dcp::tune(dcp::dynamic_cp_planner{}, on_buddy, batch).plan(on_buddy, batch).hash());
     }
     // Fixed sizes that are not powers of two: bucket and packed on groups of 5 or 6.
     const int odd = k.model.heads == 40 ? 5 : 6;

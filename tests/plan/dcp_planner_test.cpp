@@ -11,6 +11,7 @@
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include <dcp_test/support.hpp>
 #include <gtest/gtest.h>
@@ -417,7 +418,7 @@ TEST(Planners, SkippedSequencesAndBoundsAreOrderIndependent) {
   dcp::dcp_planner dcp_skip;
   dcp_skip.on_infeasible = skip;
   same(dcp_skip);
-  same(dcp::dynamic_cp_planner{.on_infeasible = skip});
+  same(dcp::tune(dcp::dynamic_cp_planner{.on_infeasible = skip}, c, batch));
   dcp::packed_planner packed;
   packed.sp = 8;
   packed.on_infeasible = skip;

@@ -34,6 +34,7 @@
 #include <dcp/sim/execute.hpp>
 
 #include <dcp_test/node_local_groups.hpp>
+#include <dcp_test/ready.hpp>
 #include <dcp_test/support.hpp>
 
 namespace {
@@ -137,7 +138,7 @@ TEST(group_manager, node_local_manager_keeps_every_planner_inside_a_node) {
     const auto batch = random_batch(r, c);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << " with " << batch.size() << " sequences");
     auto check = [&](const auto& planner) {
-      const dcp::plan p = planner.plan(ctx, batch);
+      const dcp::plan p = dcp_test::ready_for(planner, ctx, batch).plan(ctx, batch);
       const auto v = dcp::plan_violations(p, batch, c, local);
       EXPECT_TRUE(v.empty()) << planner.name() << ": " << (v.empty() ? "" : v.front());
       for (const auto& s : p.steps) {
@@ -193,7 +194,7 @@ TEST(group_manager, speed_aware_bound_takes_the_managers_blocks) {
     above += on_local.joint_s > on_buddy.joint_s * (1 + 1e-9);
     const dcp::sim::truth<dcp::analytic_cost> t{c, speeds, 0.0, 0};
     auto check = [&](const auto& planner) {
-      const dcp::plan p = planner.plan(ctx, batch);
+      const dcp::plan p = dcp_test::ready_for(planner, ctx, batch).plan(ctx, batch);
       const double makespan = dcp::sim::execute(p, t).executed.makespan_s;
       EXPECT_GE(makespan, on_local.joint_s * (1 - 1e-9)) << planner.name();
     };
@@ -267,7 +268,7 @@ TEST(group_manager, buddy_context_gives_the_plans_of_the_cost_only_call) {
     const auto batch = random_batch(r, c);
     const dcp::planning_context ctx{c, dcp::selective_recompute{}, dcp::buddy_groups{16, 4}};
     EXPECT_EQ(dcp::dcp_planner{}.plan(ctx, batch).hash(), dcp::dcp_planner{}.plan(c, batch).hash());
-    EXPECT_EQ(dcp::dynamic_cp_planner{}.plan(ctx, batch).hash(), dcp::dynamic_cp_planner{}.plan(c, batch).hash());
+    EXPECT_EQ(dcp::tune(dcp::dynamic_cp_planner{}, ctx, batch).plan(ctx, batch).hash(), dcp::tune(dcp::dynamic_cp_planner{}, c, batch).plan(c, batch).hash());
   }
 }
 
@@ -303,7 +304,7 @@ TEST(group_manager, a_manager_for_another_job_is_refused_by_name) {
   EXPECT_DCP_ERROR(dcp::dcp_planner{}.plan(wrong_n, batch), dcp::errc::invalid_argument, "lays out 8 units",
                    "cost model plans 16 units");
   const dcp::planning_context wrong_g{c, dcp::selective_recompute{}, dcp::buddy_groups{16, 8}};
-  EXPECT_DCP_ERROR(dcp::packed_planner{}.plan(wrong_g, batch), dcp::errc::invalid_argument, "8 per node", "4 per node");
+  EXPECT_DCP_ERROR(dcp::tune(dcp::packed_planner{}, wrong_g, batch).plan(wrong_g, batch), dcp::errc::invalid_argument, "8 per node", "4 per node");
 }
 
 constexpr dcp::local_world_options world_options{std::chrono::seconds(30), true};

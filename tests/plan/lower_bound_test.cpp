@@ -10,6 +10,8 @@
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
 
+#include <dcp_test/ready.hpp>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -117,7 +119,7 @@ TEST(LowerBounds, JointIsBetweenSimpleAndEveryPlannersMakespan) {
     ASSERT_GT(b.simple_s, 0);
     tighter += b.joint_s > b.simple_s * (1 + 1e-9);
     auto check = [&](const auto& planner) {
-      const dcp::plan p = planner.plan(c, batch);
+      const dcp::plan p = dcp_test::ready_for(planner, c, batch).plan(c, batch);
       EXPECT_EQ(p.lower_bound_s, b.simple_s) << planner.name();
       EXPECT_EQ(p.joint_lower_bound_s, b.joint_s) << planner.name();
       EXPECT_LE(p.joint_lower_bound_s, p.makespan_s * (1 + 1e-12)) << planner.name();

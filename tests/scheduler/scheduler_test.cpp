@@ -23,6 +23,7 @@
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/no_recompute.hpp>
 #include <dcp/scheduler.hpp>
+#include <dcp/workload/tuning.hpp>
 #include <dcp/workload/embedded.hpp>
 
 namespace {
@@ -241,8 +242,16 @@ TEST(scheduler_policies, overriding_the_planner_and_its_knobs) {
   dcp::local_world::run(
       2,
       [&](dcp::local_comm& world) {
+        // A static baseline plans only once tuned (dcp::tune); untuned, plan() says so.
+        dcp::policies<dcp::packed_planner> untuned;
+        dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::packed_planner>> raw(
+            dcp::models::cogvideox_5b(), world, {}, untuned);
+        EXPECT_DCP_ERROR((void)raw.plan(batch), dcp::errc::invalid_argument, "packed planner: sp = 0 is not tuned",
+                         "dcp::tune");
+        dcp::policies<dcp::packed_planner> tuned;
+        tuned.planner = dcp::tune(dcp::packed_planner{}, raw.cost(), std::span<const dcp::sequence>(batch));
         dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::packed_planner>> packed(
-            dcp::models::cogvideox_5b(), world);
+            dcp::models::cogvideox_5b(), world, {}, tuned);
         const dcp::plan pp = packed.plan(batch);
         EXPECT_EQ(pp.method, "packed");
         packed.verify(pp);

@@ -27,13 +27,13 @@
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/infer_rounds.hpp>
 #include <dcp/plan/packed_planner.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>
 #include <dcp/sim/replay.hpp>
 #include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 
@@ -332,7 +332,7 @@ TEST(OldPlanFiles, LockstepRoundsAreInferredExactlyAndRunAsWritten) {
   no_inter.inter = false;
   check(no_inter, "dcp-no-inter");
   check(dcp::dcp_planner{}, "dcp");
-  check(dcp::dynamic_cp_planner{}, "dynamic_cp");
+  check(dcp::tune(dcp::dynamic_cp_planner{}, run.cost, std::span<const sequence>(run.data)), "dynamic_cp");
 }
 
 TEST(OldPlanFiles, WithoutAMethodNameOnlyAWaitMakesABarrier) {

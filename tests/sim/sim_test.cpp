@@ -19,7 +19,6 @@
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/metrics.hpp>
 #include <dcp/sim/plan_json.hpp>
@@ -28,6 +27,7 @@
 #include <dcp/sim/svg.hpp>
 #include <dcp/sim/trace.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 
@@ -100,7 +100,8 @@ TEST(Simulator, PlansEveryBatchAndAccountsForEverySequence) {
   const small_run run;
   dcp::sim::options opt;
   opt.keep_plans = true;
-  const auto r = dcp::sim::simulate(run.cost, dcp::dynamic_cp_planner{}, run.batches, opt);
+  const auto dynamic = dcp::tune(dcp::dynamic_cp_planner{}, run.cost, std::span<const dcp::sequence>(run.data));
+  const auto r = dcp::sim::simulate(run.cost, dynamic, run.batches, opt);
   ASSERT_EQ(r.plans.size(), run.batches.size());
   EXPECT_EQ(r.metrics.method, "dynamic_cp");
   EXPECT_EQ(r.metrics.batches, static_cast<std::int64_t>(run.batches.size()));
@@ -122,7 +123,7 @@ TEST(Simulator, PlansEveryBatchAndAccountsForEverySequence) {
   ASSERT_EQ(r.metrics.busy_s.size(), 8u);
   for (std::size_t g = 0; g < 8; ++g) EXPECT_NEAR(r.metrics.busy_s[g] + r.metrics.idle_s[g], makespan, 1e-9 * makespan);
   // Without keep_plans only the metrics come back, and they are the same.
-  const auto lean = dcp::sim::simulate(run.cost, dcp::dynamic_cp_planner{}, run.batches);
+  const auto lean = dcp::sim::simulate(run.cost, dynamic, run.batches);
   EXPECT_TRUE(lean.plans.empty());
   EXPECT_EQ(lean.metrics.tokens, r.metrics.tokens);
   EXPECT_DOUBLE_EQ(lean.metrics.makespan_s, r.metrics.makespan_s);

@@ -25,7 +25,6 @@
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/profile/profile_table.hpp>
 #include <dcp/random.hpp>
 #include <dcp/sim/execute.hpp>
@@ -33,6 +32,7 @@
 #include <dcp/sim/plan_json.hpp>
 #include <dcp/sim/truth.hpp>
 #include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 

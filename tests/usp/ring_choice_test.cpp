@@ -21,6 +21,7 @@
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/random.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 
@@ -212,8 +213,8 @@ TEST(RingChoice, ZeroThreeBoundsStayBelowEveryPlanner) {
       dcp::packed_planner packed;
       dcp::dcp_planner no_inter;
       no_inter.inter = false;
-      const dcp::plan ps[] = {dcp::dcp_planner{}.plan(c, b), no_inter.plan(c, b), bucket.plan(c, b), packed.plan(c, b),
-                              dcp::dynamic_cp_planner{}.plan(c, b)};
+      const dcp::plan ps[] = {dcp::dcp_planner{}.plan(c, b), no_inter.plan(c, b), dcp::tune(bucket, c, b).plan(c, b),
+                              dcp::tune(packed, c, b).plan(c, b), dcp::tune(dcp::dynamic_cp_planner{}, c, b).plan(c, b)};
       for (const auto& p : ps) {
         const auto v = dcp::plan_violations(p, b, c);
         EXPECT_TRUE(v.empty()) << p.method << " on " << c << ": " << (v.empty() ? "" : v.front());

@@ -26,6 +26,7 @@
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/random.hpp>
 #include <dcp/sim/plan_json.hpp>
+#include <dcp/workload/tuning.hpp>
 
 #include <dcp_test/support.hpp>
 
@@ -289,7 +290,7 @@ TEST(Usp, EveryPlannerKeepsTheLaws) {
       dcp::packed_planner packed;
       packed.sp = widest;
       const dcp::plan ps[] = {dcp::dcp_planner{}.plan(cost, b), bucket.plan(cost, b), packed.plan(cost, b),
-                              dcp::dynamic_cp_planner{}.plan(cost, b)};
+                              dcp::tune(dcp::dynamic_cp_planner{}, cost, b).plan(cost, b)};
       for (const auto& p : ps) {
         const auto v = dcp::plan_violations(p, b, cost);
         EXPECT_TRUE(v.empty()) << p.method << " on " << cost << ": " << (v.empty() ? "" : v.front());

@@ -3,9 +3,10 @@
 /// `bucket_planner`: Open-Sora's bucket parallel, the static baseline of DESIGN section 3
 /// ("Baselines"), given the most favourable settings a user of it would pick.
 ///
-/// - One sp for the whole run, tuned on the workload (`tune`): among the legal sp values on which
-///   the longest sequence fits with all blocks checkpointed, the one whose simulated epoch is the
-///   fastest. Every step checkpoints all L blocks (Open-Sora trains with full checkpointing).
+/// - One sp for the whole run, tuned on the workload (`dcp::tune`, `<dcp/workload/tuning.hpp>`):
+///   among the legal sp values on which the longest sequence fits with all blocks checkpointed,
+///   the one whose simulated epoch is the fastest. Every step checkpoints all L blocks (Open-Sora
+///   trains with full checkpointing).
 /// - Buckets: the distinct shapes (T, S) for video data, geometric token buckets for 1D text.
 ///   A bucket's batch size bs is the most copies of its representative that fit memory (times a
 ///   `fill` fraction tuned with sp, as a user sizes the bucket table), then
@@ -16,10 +17,10 @@
 ///   gradient all-reduce is a barrier), so an iteration lasts as long as its slowest group.
 ///
 /// ```
-/// auto bucket = dcp::bucket_planner{}.tune(cost, dataset);  // picks sp on the whole dataset
+/// auto bucket = dcp::tune(dcp::bucket_planner{}, cost, dataset);  // picks sp on the whole dataset
 /// dcp::plan p = bucket.plan(cost, batch);
 /// ```
-/// An untuned planner (`sp == 0`) tunes itself on each batch it plans.
+/// An untuned planner (`sp == 0`) is a `dcp::error` naming `dcp::tune`: it never tunes itself.
 
 #include <algorithm>
 #include <cmath>
@@ -34,13 +35,13 @@
 #include <dcp/bucketing/geometric_bucketing.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/plan/fixed_sp.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/sequence_options.hpp>
-#include <dcp/plan/tuning.hpp>
+#include <dcp/random.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
-#include <dcp/random.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {
@@ -75,7 +76,7 @@ struct bucket_info {
 struct bucket_planner {
   using policy_concept = planner_tag;
 
-  int sp = 0;                         ///< the fixed sp; 0 = tune on each batch
+  int sp = 0;                         ///< the fixed sp; 0 = untuned (`dcp::tune` chooses it)
   double fill = 1.0;                  ///< bs = this fraction of the most copies that fit (tuned)
   double median_bucket_time_s = 0;    ///< t_median over the dataset's buckets; 0 = from the batch
   bucket_keys keys = bucket_keys::automatic;
@@ -157,26 +158,6 @@ struct bucket_planner {
     return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(scaled, 1e15)), 1, b.max_batch);
   }
 
-  /// Returns a copy tuned on the whole dataset `data`: `keys` resolved, `sp` the fastest
-  /// candidate over one epoch of global batches of `budget` tokens (0 = 262144 * N) drawn with
-  /// `sampler_seed`, and `median_bucket_time_s` from the dataset's buckets.
-  /// Only sp values the context's group manager offers blocks of are candidates.
-  template <any_planning_context Ctx>
-  bucket_planner tune(const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
-                      std::uint64_t sampler_seed = 0) const {
-    ctx.validate();
-    token_buckets.validate();
-    const auto sizes = ctx.sp_sizes();
-    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
-    return tuned(ctx, on.feasible, on.batches);
-  }
-  /// On `default_groups(cost)`.
-  template <cost_model C>
-  bucket_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
-                      std::uint64_t sampler_seed = 0) const {
-    return tune_on_default_groups(*this, cost, data, budget, sampler_seed);
-  }
-
   /// Plans one global batch on the context's blocks of `sp`. Every step checkpoints all blocks,
   /// as the real system does; the recompute policy is not used.
   template <any_planning_context Ctx>
@@ -236,23 +217,6 @@ struct bucket_planner {
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
 
- private:
-  template <any_planning_context Ctx>
-  bucket_planner tuned(const Ctx& ctx, std::span<const sequence> feasible,
-                       const std::vector<std::vector<sequence>>& batches) const {
-    const auto& cost = ctx.cost;
-    bucket_planner base = *this;
-    base.keys = resolved_keys(feasible);
-    auto configure = [&](int candidate, double fraction) {
-      bucket_planner p = base;
-      p.sp = candidate;
-      p.fill = fraction;
-      p.median_bucket_time_s = p.median_time(cost, feasible, candidate);
-      return p;
-    };
-    const auto t = tune_fixed_sp(ctx, feasible, batches, configure);
-    return configure(t.sp, t.fill);
-  }
 };
 
 static_assert(planner<bucket_planner>);

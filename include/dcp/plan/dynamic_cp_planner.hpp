@@ -28,10 +28,10 @@
 ///   domain), as Megatron's THD datasets do under dynamic CP; a step is still priced on its real
 ///   tokens (a plan carries no pad tokens).
 ///
-/// The limit is tuned as Megatron's users tune it (`tune`): each fraction of x_max in
-/// `fill_candidates` (the memory maximum divided by 1, 2, ..., 32) is simulated on the workload
-/// and the fastest wins. An untuned planner (`max_tokens_per_rank == 0`) tunes itself on each
-/// batch it plans.
+/// The limit is tuned as Megatron's users tune it (`dcp::tune`, `<dcp/workload/tuning.hpp>`):
+/// each fraction of x_max in `fill_candidates` (the memory maximum divided by 1, 2, ..., 32) is
+/// simulated on the workload and the fastest wins. An untuned planner
+/// (`max_tokens_per_rank == 0`) is a `dcp::error` naming `dcp::tune`: it never tunes itself.
 
 #include <algorithm>
 #include <bit>
@@ -46,11 +46,11 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/plan/fixed_sp.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/sequence_options.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
 #include <dcp/sequence.hpp>
@@ -62,7 +62,7 @@ struct dynamic_cp_planner {
 
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
-  std::int64_t max_tokens_per_rank = 0;  ///< per-rank token limit (tuned); 0 = tune on each batch
+  std::int64_t max_tokens_per_rank = 0;  ///< per-rank token limit; 0 = untuned (`dcp::tune` chooses it)
   int min_cp_size = 1;                   ///< the smallest CP size any sequence gets
   bool pad_sequences = false;            ///< schedule lengths padded to a multiple of 2 x N
 
@@ -94,7 +94,7 @@ struct dynamic_cp_planner {
     const auto x_max = static_cast<std::int64_t>(max_tokens_per_gpu(cost));
     check(max_tokens_per_rank >= 0 && max_tokens_per_rank <= x_max, errc::invalid_argument, [&] {
       return "dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) + " must be in [1, " +
-             std::to_string(x_max) + "] (the tokens per GPU that fit with every block checkpointed), or 0 to tune";
+             std::to_string(x_max) + "] (the tokens per GPU that fit with every block checkpointed), or tune it with dcp::tune";
     });
     check(legal_sp(cost, min_cp_size) && std::has_single_bit(static_cast<unsigned>(min_cp_size)), errc::invalid_argument, [&] {
       const auto top = widest_power_of_two(legal_sp_sizes(cost));
@@ -104,32 +104,11 @@ struct dynamic_cp_planner {
     });
   }
 
-  /// The candidate limits a user tries: x_max times each of `fill_candidates` (x_max / 1 .. / 32).
-  template <cost_model C>
-  static std::vector<std::int64_t> limit_candidates(const C& cost) {
-    const double x_max = max_tokens_per_gpu(cost);
-    std::vector<std::int64_t> out;
-    for (double f : fill_candidates) out.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(x_max * f)));
-    return out;
-  }
-
-  /// Returns a copy with `max_tokens_per_rank` tuned on the whole dataset `data`: every candidate
-  /// of `limit_candidates` under which every sequence gets a legal CP size is simulated on the
-  /// id-ordered epoch of global batches of `budget` tokens (0 = the default), and the one with the
-  /// smallest summed makespan wins (ties: the larger limit). Order independent.
+  /// True when every sequence of `seqs` gets a CP size the context offers under the limit.
   template <any_planning_context Ctx>
-  dynamic_cp_planner tune(const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
-                          std::uint64_t sampler_seed = 0) const {
-    ctx.validate();
-    validate(ctx.cost);
-    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed);
-    return tuned(ctx, on.feasible, on.batches);
-  }
-  /// On `default_groups(cost)`.
-  template <cost_model C>
-  dynamic_cp_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
-                          std::uint64_t sampler_seed = 0) const {
-    return tune_on_default_groups(*this, cost, data, budget, sampler_seed);
+  bool holds_all(const Ctx& ctx, std::span<const sequence> seqs) const {
+    const std::int64_t top = widest(ctx);
+    return std::all_of(seqs.begin(), seqs.end(), [&](const sequence& s) { return holds(ctx.cost, s, top); });
   }
 
   /// "max 36583 tokens per rank (x_max / 8)": the tuned setting, for reports.
@@ -150,7 +129,7 @@ struct dynamic_cp_planner {
     ctx.validate();
     const auto& cost = ctx.cost;
     validate(cost);
-    if (max_tokens_per_rank == 0) return plan_tuned_on_batch(*this, ctx, batch);
+    require_tuned(max_tokens_per_rank != 0, name(), "max_tokens_per_rank");
     std::vector<skipped_sequence> skipped;
     std::vector<sequence> seqs;
     const std::int64_t top = widest(ctx);
@@ -164,7 +143,7 @@ struct dynamic_cp_planner {
                               std::to_string(cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank)) +
                               " under dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) +
                               ", over the widest legal group " + std::to_string(top) +
-                              "; raise max_tokens_per_rank, or 0 to tune";
+                              "; raise max_tokens_per_rank, or tune it with dcp::tune";
       if (on_infeasible == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
       else throw error(errc::infeasible, why);
     }
@@ -217,29 +196,6 @@ struct dynamic_cp_planner {
   template <cost_model C>
   bool holds(const C& cost, const sequence& s, std::int64_t top) const {
     return cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank) <= top;
-  }
-
-  template <any_planning_context Ctx>
-  dynamic_cp_planner tuned(const Ctx& ctx, std::span<const sequence> feasible,
-                           const std::vector<std::vector<sequence>>& batches) const {
-    const auto& cost = ctx.cost;
-    dynamic_cp_planner best = *this;
-    best.max_tokens_per_rank = 0;
-    double best_seconds = std::numeric_limits<double>::infinity();
-    const std::int64_t top = widest(ctx);
-    for (std::int64_t limit : limit_candidates(cost)) {
-      dynamic_cp_planner p = *this;
-      p.max_tokens_per_rank = limit;
-      if (!std::all_of(feasible.begin(), feasible.end(), [&](const sequence& s) { return p.holds(cost, s, top); })) continue;
-      double seconds = 0;
-      for (const auto& b : batches) seconds += p.plan(ctx, std::span<const sequence>(b)).makespan_s;
-      if (seconds < best_seconds) best_seconds = seconds, best = p;
-    }
-    check(best.max_tokens_per_rank > 0, errc::infeasible, [&] {
-      return "no dynamic_cp per-rank token limit gives every sequence a legal CP size on " + std::to_string(cost.gpus()) +
-             " GPUs; use more GPUs or memory";
-    });
-    return best;
   }
 
   // Cuts `seqs` into micro-batches (the packing-aware group search) and places their steps in

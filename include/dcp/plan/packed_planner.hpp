@@ -4,7 +4,7 @@
 /// section 3 ("Baselines").
 ///
 /// - One sp for the whole run and a packing length (`fill` of the most tokens that fit), tuned
-///   together on the workload exactly as `bucket_planner` tunes them (`tune`); every step
+///   together on the workload exactly as `bucket_planner`'s (`dcp::tune`); every step
 ///   checkpoints all blocks.
 /// - Each global batch is packed first-fit-decreasing (by tokens) into micro-batches holding up
 ///   to the largest token count that fits one step with every block checkpointed.
@@ -12,7 +12,7 @@
 ///   packing order (consecutive bins hold similar sequences, which keeps iterations balanced);
 ///   iterations are synchronised, so an iteration lasts as long as its slowest group.
 ///
-/// An untuned planner (`sp == 0`) tunes itself on each batch it plans.
+/// An untuned planner (`sp == 0`) is a `dcp::error` naming `dcp::tune`: it never tunes itself.
 
 #include <algorithm>
 #include <cstdint>
@@ -24,10 +24,10 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/plan/fixed_sp.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/sequence_options.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
 #include <dcp/sequence.hpp>
@@ -63,28 +63,12 @@ class first_fit_bins {
 struct packed_planner {
   using policy_concept = planner_tag;
 
-  int sp = 0;  ///< the fixed sp; 0 = tune on each batch
+  int sp = 0;  ///< the fixed sp; 0 = untuned (`dcp::tune` chooses it)
   double fill = 1.0;  ///< micro-batches hold up to this fraction of the most tokens that fit (tuned)
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
 
   std::string name() const { return "packed"; }
-
-  /// Returns a copy with `sp` tuned on the whole dataset `data` (see `bucket_planner::tune`).
-  template <any_planning_context Ctx>
-  packed_planner tune(const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
-                      std::uint64_t sampler_seed = 0) const {
-    ctx.validate();
-    const auto sizes = ctx.sp_sizes();
-    const auto on = tuning_data_of(ctx.cost, data, on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
-    return tuned(ctx, on.feasible, on.batches);
-  }
-  /// On `default_groups(cost)`.
-  template <cost_model C>
-  packed_planner tune(const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
-                      std::uint64_t sampler_seed = 0) const {
-    return tune_on_default_groups(*this, cost, data, budget, sampler_seed);
-  }
 
   /// Plans one global batch on the context's blocks of `sp` (all blocks checkpointed; the
   /// recompute policy is not used).
@@ -154,19 +138,6 @@ struct packed_planner {
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
 
- private:
-  template <any_planning_context Ctx>
-  packed_planner tuned(const Ctx& ctx, std::span<const sequence> feasible,
-                       const std::vector<std::vector<sequence>>& batches) const {
-    auto configure = [this](int candidate, double fraction) {
-      packed_planner p = *this;
-      p.sp = candidate;
-      p.fill = fraction;
-      return p;
-    };
-    const auto t = tune_fixed_sp(ctx, feasible, batches, configure);
-    return configure(t.sp, t.fill);
-  }
 };
 
 static_assert(planner<packed_planner>);

@@ -24,12 +24,8 @@
 ///     `scheduler_options::loss` when that is set. Law: every plan's weights follow it.
 ///   - `skipping_planner`: an `on_infeasible` knob (`infeasible_policy`); set likewise. Law: under
 ///     `skip` an infeasible sequence is listed in `plan::skipped`, never lost; under `error` it throws.
-///   - `bucketing_planner<P, B>`: plans by length buckets (`token_buckets`, of bucketing type B)
-///     at a fixed `sp` (0: not tuned yet); the scheduler hands an untuned one the bundle's bucketing.
-///   - `tunable_planner<P, C>`: `p.tune(ctx, data) -> P` for a planning context of cost model C
-///     (any recompute policy and group manager), a copy whose knobs are fitted to the whole
-///     dataset once, on the context's blocks. Laws: the result does not depend on the order of `data`; it plans any
-///     batch drawn from `data` without tuning again.
+/// A planner plans the batch it is given: choosing a baseline's knobs on a workload is
+/// `dcp::tune` (`<dcp/workload/tuning.hpp>`), never the planner's own sampler run.
 /// Shipped: `dcp_planner` (this library), baselines `bucket_planner`, `packed_planner`,
 /// `dynamic_cp_planner`.
 
@@ -90,20 +86,6 @@ template <class P>
 concept skipping_planner = planner<P> && requires(P& p) {
   { p.on_infeasible } -> std::convertible_to<infeasible_policy>;
   p.on_infeasible = infeasible_policy::skip;
-};
-
-/// A planner that plans by length buckets of type B at a fixed sp (see the file comment).
-template <class P, class B>
-concept bucketing_planner = planner<P> && requires(P& p, const B& b) {
-  p.token_buckets = b;
-  { p.sp } -> std::convertible_to<int>;
-};
-
-/// A planner whose knobs are tuned on a whole dataset under cost model C (see the file comment).
-template <class P, class C>
-concept tunable_planner = planner<P> && requires(const P& p, const detail::planning_context_archetype<C>& ctx,
-                                                  std::span<const sequence> data) {
-  { p.tune(ctx, data) } -> std::same_as<P>;
 };
 
 }  // namespace dcp

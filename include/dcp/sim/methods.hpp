@@ -30,6 +30,7 @@
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/truth.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace dcp::sim {
 
@@ -90,21 +91,21 @@ decltype(auto) with_method(std::string_view name, const Ctx& ctx, std::span<cons
     packed_planner p;
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
-    p = p.tune(ctx, data, s.global_batch_tokens, s.seed);
+    p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
     return f(p, seconds());
   }
   if (name == "dynamic_cp") {  // its per-rank token limit, tuned as its users tune it
     dynamic_cp_planner p;
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
-    p = p.tune(ctx, data, s.global_batch_tokens, s.seed);
+    p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
     return f(p, seconds());
   }
   bucket_planner p;
   p.seed = s.seed;
   p.loss = s.loss;
   p.on_infeasible = s.on_infeasible;
-  p = p.tune(ctx, data, s.global_batch_tokens, s.seed);
+  p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
   return f(p, seconds());
 }
 

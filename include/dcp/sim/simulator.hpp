@@ -7,7 +7,7 @@
 /// ```
 /// auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32);
 /// auto data = dcp::workloads::make("cogvideox-zipf10");
-/// auto batches = dcp::epoch_batches(cost, data);  // every method plans these
+/// auto batches = dcp::epoch_batches(cost, data);  // every method plans these (<dcp/workload/tuning.hpp>)
 /// auto r = dcp::sim::simulate(cost, dcp::dcp_planner{}, batches);
 /// std::cout << r.metrics.tokens_per_s;
 /// ```
@@ -24,7 +24,6 @@
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
-#include <dcp/plan/tuning.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/metrics.hpp>

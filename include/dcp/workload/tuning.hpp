@@ -1,0 +1,231 @@
+#pragma once
+/// \file
+/// Choosing a static baseline's knobs on a workload, as a user of the real system does before a
+/// run (DESIGN section 3, "Baselines"): one epoch of global batches cut from the dataset by the
+/// sampler, every candidate setting simulated on it, the fastest kept. It lives beside the
+/// workloads, not in the planners: a planner plans the batch it is given, and one whose knob is
+/// left untuned (`bucket_planner::sp`, `packed_planner::sp`,
+/// `dynamic_cp_planner::max_tokens_per_rank` = 0) is a `dcp::error` naming `dcp::tune`.
+///
+/// \code
+/// const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, dataset);   // sp and fill chosen
+/// const auto plan = bucket.plan(cost, batch);
+/// \endcode
+///
+/// `tune(p, ctx, data, budget, seed)` keeps p's other knobs and tries only sp values the context's
+/// group manager offers blocks of; `tune(p, cost, data, ...)` tunes on `default_groups(cost)`.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/fixed_sp.hpp>
+#include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/planning_context.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/recompute/full_recompute.hpp>
+#include <dcp/sample/token_budget_sampler.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// One epoch of `data` cut into global batches of at most `budget` model tokens
+/// (`cost.tokens_of`; 0 = the default 262144 * N) by `token_budget_sampler` with `seed`.
+/// Every method of a comparison plans exactly these batches.
+template <cost_model C>
+std::vector<std::vector<sequence>> epoch_batches(const C& cost, dataset data, std::int64_t budget = 0,
+                                                 std::uint64_t seed = 0) {
+  if (budget == 0) budget = default_global_batch_tokens(cost.gpus());
+  token_budget_sampler s(std::move(data), budget, seed, [&cost](const sequence& q) { return cost.tokens_of(q); });
+  const std::int64_t count = s.batches_in_epoch(0);
+  std::vector<std::vector<sequence>> out;
+  out.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) out.push_back(s.next().sequences);
+  return out;
+}
+
+/// The epoch a static planner tunes on: `epoch_batches` of `data` taken in id order, so that
+/// tuning does not depend on the order the data came in.
+template <cost_model C>
+std::vector<std::vector<sequence>> tuning_batches(const C& cost, std::span<const sequence> data,
+                                                  std::int64_t budget, std::uint64_t seed) {
+  dataset by_id(data.begin(), data.end());
+  std::sort(by_id.begin(), by_id.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+  return epoch_batches(cost, std::move(by_id), budget, seed);
+}
+
+/// What tuning simulates once a planner's other knobs are valid.
+struct tuning_data {
+  std::vector<sequence> feasible;              ///< the sequences of the data that fit some configuration
+  std::vector<std::vector<sequence>> batches;  ///< `tuning_batches` of all of the data
+};
+
+/// The `tuning_data` of `data`: a sequence that fits no configuration on `sizes` (the context's,
+/// `planning_context::sp_sizes`; empty: `default_sp_sizes`) is an error naming it, or left out of
+/// `feasible` under `infeasible_policy::skip` (the epoch still holds it, as the batches a run
+/// plans will). A dataset none of whose sequences fits is an error: there is nothing to tune on.
+template <cost_model C>
+tuning_data tuning_data_of(const C& cost, std::span<const sequence> data, infeasible_policy policy, std::int64_t budget,
+                           std::uint64_t seed, std::span<const int> sizes = {}) {
+  std::vector<skipped_sequence> skipped;  // a tuned planner reports skips when it plans
+  tuning_data out;
+  out.feasible = feasible_sequences(cost, data, policy, skipped, sizes);
+  check(!out.feasible.empty(), errc::infeasible, [&] {
+    return "tune: none of the " + std::to_string(data.size()) + " sequences of the dataset fits any configuration on " +
+           std::to_string(cost.gpus()) + " GPUs, so there is nothing to tune on; tune on data that fits, or set the knob";
+  });
+  out.batches = tuning_batches(cost, data, budget, seed);
+  return out;
+}
+
+/// Fractions of the largest micro-batch that fits which a user of a static system tries: a
+/// full micro-batch can leave data-parallel groups without work when the global batch holds
+/// fewer micro-batches than there are groups, so smaller micro-batches can be faster.
+inline constexpr std::array<double, 6> fill_candidates{1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125};
+
+/// The per-rank token limits a user of dynamic CP tries: x_max times each of `fill_candidates`
+/// (x_max / 1 .. / 32).
+template <cost_model C>
+std::vector<std::int64_t> dynamic_cp_limit_candidates(const C& cost) {
+  const double x_max = max_tokens_per_gpu(cost);
+  std::vector<std::int64_t> out;
+  for (double f : fill_candidates) out.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(x_max * f)));
+  return out;
+}
+
+/// The outcome of tuning a fixed-sp planner: the sp and fill chosen and the epoch seconds of
+/// every candidate.
+struct fixed_sp_tuning {
+  int sp = 0;
+  double fill = 1.0;
+  std::vector<std::tuple<int, double, double>> seconds;  ///< (sp, fill, summed makespans of the epoch)
+  friend bool operator==(const fixed_sp_tuning&, const fixed_sp_tuning&) = default;
+};
+
+/// Tunes a fixed-sp planner as a user would: every sp of `fixed_sp_candidates(cost, data, sizes)`
+/// that the context's group manager offers blocks of and every fill of `fill_candidates` is
+/// simulated on `batches` with the planner `configure(sp, fill)` returns (planning in `ctx`), and
+/// the pair with the highest throughput (the smallest summed makespan, every candidate running
+/// the same tokens) wins; ties go to the smaller sp, then the fuller micro-batch. Throws
+/// `dcp::error` when no such sp holds every sequence.
+template <any_planning_context Ctx, class Configure>
+fixed_sp_tuning tune_fixed_sp(const Ctx& ctx, std::span<const sequence> data,
+                              const std::vector<std::vector<sequence>>& batches, Configure configure) {
+  const auto& cost = ctx.cost;
+  const auto sizes = ctx.sp_sizes();  // legal and offered
+  auto candidates = fixed_sp_candidates(cost, data, std::span<const int>(sizes));
+  check(!candidates.empty(), errc::infeasible, [&] {
+    return "no legal sp the group manager offers holds every sequence of the dataset with all blocks checkpointed on " +
+           std::to_string(cost.gpus()) + " GPUs; use more GPUs or memory";
+  });
+  fixed_sp_tuning out;
+  double best = std::numeric_limits<double>::infinity();
+  for (int sp : candidates) {
+    for (double fill : fill_candidates) {
+      const auto planner = configure(sp, fill);
+      double seconds = 0;
+      for (const auto& b : batches) seconds += planner.plan(ctx, std::span<const sequence>(b)).makespan_s;
+      out.seconds.emplace_back(sp, fill, seconds);
+      if (seconds < best) best = seconds, out.sp = sp, out.fill = fill;
+    }
+  }
+  return out;
+}
+
+/// `p` with `keys` resolved on the whole dataset `data`, `sp` and `fill` the fastest candidates
+/// (`tune_fixed_sp`) over one epoch of global batches of `budget` tokens (0 = 262144 * N) drawn
+/// with `sampler_seed`, and `median_bucket_time_s` from the dataset's buckets on that sp.
+template <any_planning_context Ctx>
+bucket_planner tune(bucket_planner p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                    std::uint64_t sampler_seed = 0) {
+  ctx.validate();
+  p.token_buckets.validate();
+  const auto sizes = ctx.sp_sizes();
+  const auto on = tuning_data_of(ctx.cost, data, p.on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
+  p.keys = p.resolved_keys(on.feasible);
+  auto configure = [&](int candidate, double fraction) {
+    bucket_planner q = p;
+    q.sp = candidate;
+    q.fill = fraction;
+    q.median_bucket_time_s = q.median_time(ctx.cost, on.feasible, candidate);
+    return q;
+  };
+  const auto t = tune_fixed_sp(ctx, on.feasible, on.batches, configure);
+  return configure(t.sp, t.fill);
+}
+
+/// `p` with `sp` and `fill` tuned on the whole dataset `data` (as for `bucket_planner`).
+template <any_planning_context Ctx>
+packed_planner tune(packed_planner p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                    std::uint64_t sampler_seed = 0) {
+  ctx.validate();
+  const auto sizes = ctx.sp_sizes();
+  const auto on = tuning_data_of(ctx.cost, data, p.on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
+  auto configure = [&p](int candidate, double fraction) {
+    packed_planner q = p;
+    q.sp = candidate;
+    q.fill = fraction;
+    return q;
+  };
+  const auto t = tune_fixed_sp(ctx, on.feasible, on.batches, configure);
+  return configure(t.sp, t.fill);
+}
+
+/// `p` with `max_tokens_per_rank` tuned on the whole dataset `data`: every candidate of
+/// `dynamic_cp_limit_candidates` under which every sequence gets a legal CP size is
+/// simulated on the id-ordered epoch of global batches of `budget` tokens (0 = the default), and
+/// the one with the smallest summed makespan wins (ties: the larger limit). Order independent.
+template <any_planning_context Ctx>
+dynamic_cp_planner tune(dynamic_cp_planner p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                        std::uint64_t sampler_seed = 0) {
+  ctx.validate();
+  const auto& cost = ctx.cost;
+  p.max_tokens_per_rank = 0;  // validates the other knobs
+  p.validate(cost);
+  const auto on = tuning_data_of(cost, data, p.on_infeasible, budget, sampler_seed);
+  dynamic_cp_planner best = p;
+  double best_seconds = std::numeric_limits<double>::infinity();
+  for (std::int64_t limit : dynamic_cp_limit_candidates(cost)) {
+    dynamic_cp_planner q = p;
+    q.max_tokens_per_rank = limit;
+    if (!q.holds_all(ctx, on.feasible)) continue;
+    double seconds = 0;
+    for (const auto& b : on.batches) seconds += q.plan(ctx, std::span<const sequence>(b)).makespan_s;
+    if (seconds < best_seconds) best_seconds = seconds, best = q;
+  }
+  check(best.max_tokens_per_rank > 0, errc::infeasible, [&] {
+    return "no dynamic_cp per-rank token limit gives every sequence a legal CP size on " + std::to_string(cost.gpus()) +
+           " GPUs; use more GPUs or memory";
+  });
+  return best;
+}
+
+/// A planner whose knobs `dcp::tune` chooses on a dataset under cost model C (the static
+/// baselines). Laws: the result does not depend on the order of the data, and it plans any batch
+/// drawn from the data.
+template <class P, class C>
+concept tunable_planner =
+    cost_model<C> && requires(P p, const planning_context<C, full_recompute, buddy_groups>& ctx, std::span<const sequence> data) {
+      { tune(std::move(p), ctx, data) } -> std::same_as<P>;
+    };
+
+/// `tune(p, planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
+/// the static planners checkpoint every block whatever the recompute policy.
+template <class Planner, cost_model C>
+  requires tunable_planner<Planner, C>
+Planner tune(Planner p, const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
+             std::uint64_t sampler_seed = 0) {
+  return tune(std::move(p), planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, sampler_seed);
+}
+
+}  // namespace dcp
