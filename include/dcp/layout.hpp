@@ -82,22 +82,22 @@ struct parallel_layout {
     check(gpus_per_node > 0, errc::invalid_argument,
           [&] { return "gpus_per_node = " + std::to_string(gpus_per_node) + " must be positive"; });
     check(gpus <= gpus_per_node || gpus % gpus_per_node == 0, errc::invalid_argument, [&] {
-      return "gpus = " + std::to_string(gpus) + " is not a multiple of gpus_per_node = " +
-             std::to_string(gpus_per_node) + "; use whole nodes beyond one node";
+      return "gpus = " + std::to_string(gpus) +
+             " is not a multiple of gpus_per_node = " + std::to_string(gpus_per_node) +
+             "; use whole nodes beyond one node";
     });
     check(tp >= 1 && std::has_single_bit(static_cast<unsigned>(tp)) && gpus_per_node % tp == 0 && gpus % tp == 0,
           errc::invalid_argument, [&] {
-            return "tp = " + std::to_string(tp) + " must be a power of two dividing gpus_per_node = " +
-                   std::to_string(gpus_per_node) + " and gpus = " + std::to_string(gpus) +
-                   " (a TP group lives on one node)";
+            return "tp = " + std::to_string(tp) +
+                   " must be a power of two dividing gpus_per_node = " + std::to_string(gpus_per_node) +
+                   " and gpus = " + std::to_string(gpus) + " (a TP group lives on one node)";
           });
     check(ep >= 1 && units() % ep == 0, errc::invalid_argument, [&] {
-      return "ep = " + std::to_string(ep) + " must be >= 1 and divide the data-parallel domain gpus / tp = " +
-             std::to_string(units());
+      return "ep = " + std::to_string(ep) +
+             " must be >= 1 and divide the data-parallel domain gpus / tp = " + std::to_string(units());
     });
-    check(ring >= 1 && std::has_single_bit(static_cast<unsigned>(ring)), errc::invalid_argument, [&] {
-      return "ring = " + std::to_string(ring) + " must be a power of two >= 1 (1 = Ulysses only)";
-    });
+    check(ring >= 1 && std::has_single_bit(static_cast<unsigned>(ring)), errc::invalid_argument,
+          [&] { return "ring = " + std::to_string(ring) + " must be a power of two >= 1 (1 = Ulysses only)"; });
   }
 
   /// Planner units: TP groups (GPUs when tp = 1), N / tp.

@@ -122,7 +122,8 @@ constexpr bool diagnose(slot::cost) {
   DCP_FIRST_UNMET_("cost", "cost_model", cost_model_additive_load, "a regular `load_type` with a + b and a - b")
   DCP_FIRST_UNMET_("cost", "cost_model", cost_model_reads_sequences, "load_of(seq) -> load_type, tokens_of(seq)")
   DCP_FIRST_UNMET_("cost", "cost_model", cost_model_prices_steps, "time, memory, work_floor of (load, sp, k)")
-  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_describes_job, "layout, capacity, blocks, gpus, gpus_per_node, heads")
+  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_describes_job,
+                   "layout, capacity, blocks, gpus, gpus_per_node, heads")
   DCP_ALL_LISTED_("cost", "cost_model", cost_model)
   return cost_model<P>;
 }

@@ -189,8 +189,12 @@ class scheduler {
 
  private:
   scheduler(Model model, Comm& world, std::optional<cost_type> cost, scheduler_options options, Policies policies)
-      : model_(std::move(model)), world_(&world), options_(std::move(options)), policies_(std::move(policies)),
-        cost_(make_cost(std::move(cost))), groups_(world, make_groups(), cost_.layout()) {
+      : model_(std::move(model)),
+        world_(&world),
+        options_(std::move(options)),
+        policies_(std::move(policies)),
+        cost_(make_cost(std::move(cost))),
+        groups_(world, make_groups(), cost_.layout()) {
     // The bundle's cost and groups slots hold the model and the layout the scheduler plans with.
     policies_.cost = cost_;
     policies_.groups = groups_.groups();
@@ -206,7 +210,6 @@ class scheduler {
       start_calibration();
     }
   }
-
 
  public:
   const Model& model() const noexcept { return model_; }
@@ -400,7 +403,8 @@ class scheduler {
       if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
     check(given->layout().gpus == world_->size(), errc::mismatch, [&] {
       return "the cost model is for " + std::to_string(given->gpus()) +
-             (given->layout().tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(given->layout().tp) + " GPUs") +
+             (given->layout().tp == 1 ? std::string(" GPUs")
+                                      : " units of tp = " + std::to_string(given->layout().tp) + " GPUs") +
              " but the world has " + std::to_string(world_->size()) + " ranks; build it for this job";
     });
     return std::move(*given);

@@ -37,9 +37,9 @@ struct analytic_load {
 /// Time and memory of a micro-step from FLOPs, bytes and a few device constants.
 /// A regular value: the model, the device and the job's `parallel_layout` (N GPUs, over which
 /// memory shards; the tensor parallel size tp, the expert parallel size ep, the sharding and the
-/// ring cap). With tp > 1 the planner's
-/// unit is a TP group of tp GPUs on one node (DESIGN section 4.2): `gpus()`, `gpus_per_node()`,
-/// `heads()`, sp, the tokens per "GPU" x and the GPU-seconds of `work_floor` all count units.
+/// ring cap). With tp > 1 the planner's unit is a TP group of tp GPUs on one node (DESIGN
+/// section 4.2): `gpus()`, `gpus_per_node()`, `heads()`, sp, the tokens per "GPU" x and the
+/// GPU-seconds of `work_floor` all count units.
 struct analytic_cost {
   using policy_concept = cost_model_tag;
   using load_type = analytic_load;
@@ -55,8 +55,8 @@ struct analytic_cost {
     dcp::validate(model);
     dcp::validate(device);
     check(parallel.gpus_per_node == device.gpus_per_node, errc::invalid_argument, [&] {
-      return "the layout has gpus_per_node = " + std::to_string(parallel.gpus_per_node) + " but device '" + device.name +
-             "' has gpus_per_node = " + std::to_string(device.gpus_per_node) +
+      return "the layout has gpus_per_node = " + std::to_string(parallel.gpus_per_node) + " but device '" +
+             device.name + "' has gpus_per_node = " + std::to_string(device.gpus_per_node) +
              "; lay the job out on the device's nodes (make_analytic_cost(model, device, gpus) does)";
     });
     parallel.validate();
@@ -81,8 +81,8 @@ struct analytic_cost {
 
   /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
   bool is_classic() const noexcept {
-    return parallel.tp == 1 && parallel.ep == 1 && parallel.ring == 1 && parallel.sharding == sharding_kind::zero1 && model.kv_heads == 0 && model.head_dim == 0 &&
-           model.cross_attention_tokens == 0 && !model.is_moe();
+    return parallel.tp == 1 && parallel.ep == 1 && parallel.ring == 1 && parallel.sharding == sharding_kind::zero1 &&
+           model.kv_heads == 0 && model.head_dim == 0 && model.cross_attention_tokens == 0 && !model.is_moe();
   }
 
   int blocks() const noexcept { return model.blocks; }
@@ -150,7 +150,8 @@ struct analytic_cost {
   double all_to_all_width(int sp) const noexcept {
     const double h = static_cast<double>(model.hidden);
     if (model.attention == attention_kind::factorized_2d) return h / parallel.tp;
-    const double kv = model.key_value_heads() / parallel.tp >= sp ? model.key_value_width() / parallel.tp : model.head_width() * sp;
+    const double kv =
+        model.key_value_heads() / parallel.tp >= sp ? model.key_value_width() / parallel.tp : model.head_width() * sp;
     return (2 * model.query_width() / parallel.tp + 2 * kv) / 4;
   }
   /// Megatron sequence-parallel collectives per block pass inside a TP group: an all-gather
@@ -163,7 +164,9 @@ struct analytic_cost {
     return parallel.ep * parallel.tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
   }
   /// Bandwidth of the data-parallel domain (all N GPUs).
-  double dp_bandwidth() const noexcept { return parallel.gpus <= device.gpus_per_node ? device.bw_intra : device.bw_inter; }
+  double dp_bandwidth() const noexcept {
+    return parallel.gpus <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
+  }
   /// zero3's per-step floor t_z3 = 3 L (alpha + V_b / bw_dp): two weight all-gathers and one
   /// gradient reduce-scatter per block, V_b = 2 [(P_b - P_bE) / tp (D-1)/D + P_bE / (tp ep) (D_e-1)/D_e],
   /// D = N / tp, D_e = D / ep. 0 unless zero3.
@@ -255,7 +258,8 @@ struct analytic_cost {
     }
   };
   memory_on memory_at(int sp) const noexcept {
-    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp, parallel.tp};
+    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp,
+            parallel.tp};
   }
   double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp)(l, k); }
 
@@ -284,10 +288,12 @@ struct analytic_cost {
     const int u = sp / r;  // the ring is overlapped with compute: not in the floor
     if (u > 1)
       w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(u) * l.tokens * (u - 1) / u / bandwidth(u);
-    if (parallel.tp > 1) w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (parallel.tp - 1) / parallel.tp / device.bw_intra;
+    if (parallel.tp > 1)
+      w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (parallel.tp - 1) / parallel.tp /
+           device.bw_intra;
     if (parallel.ep > 1)
-      w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / parallel.tp) * (parallel.ep - 1) / parallel.ep /
-           ep_bandwidth();
+      w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / parallel.tp) *
+           (parallel.ep - 1) / parallel.ep / ep_bandwidth();
     return w;
   }
 
@@ -328,8 +334,10 @@ struct analytic_cost {
     double packed(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).packed; }
   };
   floors_on floors() const noexcept {
-    return {this, model.blocks * 2 * model.active_block_parameters(), parallel.tp * device.peak * efficiency(max_tokens_per_gpu()),
-            (capacity() - static_memory()) / static_cast<double>(model.hidden) * parallel.tp, parallel.tp * device.peak * device.eff_max};
+    return {this, model.blocks * 2 * model.active_block_parameters(),
+            parallel.tp * device.peak * efficiency(max_tokens_per_gpu()),
+            (capacity() - static_memory()) / static_cast<double>(model.hidden) * parallel.tp,
+            parallel.tp * device.peak * device.eff_max};
   }
 
   friend bool operator==(const analytic_cost&, const analytic_cost&) = default;

@@ -18,9 +18,9 @@
 ///     `c.heads()` (sp must divide it, or its Ulysses part for a `ring_cost_model`). N and G
 ///     count planner units: `gpus() == layout().units()`, `gpus_per_node() == layout().units_per_node()`.
 /// Laws: time and memory are positive for a non-empty load; memory does not grow with k and
-/// does not grow with sp; time does not fall with k; `work_floor(l, sp, k) <= sp * time(l, sp, k)` for every step that fits.
-/// The concept is the conjunction of the named requirements below; a bundle that fails it is
-/// told the first one its type misses.
+/// does not grow with sp; time does not fall with k; `work_floor(l, sp, k) <= sp * time(l, sp, k)` for every step that
+/// fits. The concept is the conjunction of the named requirements below; a bundle that fails it is told the first one
+/// its type misses.
 ///
 /// Optional members, each a named refinement (code that finds one uses it, others do without):
 ///   - `validated_cost_model`: `c.validate()` throws `dcp::error` (errc::invalid_argument) naming
@@ -209,7 +209,8 @@ constexpr int widest_ring_of(const C& c, int sp) noexcept {
 /// larger power does), so loops over them stop at the first that does not.
 template <cost_model C>
 constexpr bool legal_ring(const C& c, int sp, int r) noexcept {
-  return r >= step_ring_of(c, sp) && r <= widest_ring_of(c, sp) && std::has_single_bit(static_cast<unsigned>(r)) && sp % r == 0;
+  return r >= step_ring_of(c, sp) && r <= widest_ring_of(c, sp) && std::has_single_bit(static_cast<unsigned>(r)) &&
+         sp % r == 0;
 }
 
 /// Seconds of a step on `sp` units with `k` checkpointed blocks run with ring `r` (a `legal_ring`).

@@ -59,10 +59,11 @@ inline void validate(const device_spec& d) {
     return "device '" + d.name + "': beta = " + std::to_string(d.beta) +
            " must exceed 2 (a checkpointed block keeps 2 h bytes per token)";
   });
-  check(d.gpus_per_node > 0 && std::has_single_bit(static_cast<unsigned>(d.gpus_per_node)), errc::invalid_argument, [&] {
-    return "gpus_per_node = " + std::to_string(d.gpus_per_node) +
-           " must be a positive power of two (aligned sp groups must not straddle nodes)";
-  });
+  check(d.gpus_per_node > 0 && std::has_single_bit(static_cast<unsigned>(d.gpus_per_node)), errc::invalid_argument,
+        [&] {
+          return "gpus_per_node = " + std::to_string(d.gpus_per_node) +
+                 " must be a positive power of two (aligned sp groups must not straddle nodes)";
+        });
 }
 
 namespace devices {

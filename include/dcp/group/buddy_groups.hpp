@@ -27,9 +27,8 @@ struct buddy_groups {
   void validate() const {
     check(world > 0, errc::invalid_argument,
           [&] { return "gpus = " + std::to_string(world) + " must be positive"; });
-    check(node_size > 0 && std::has_single_bit(static_cast<unsigned>(node_size)), errc::invalid_argument, [&] {
-      return "gpus_per_node = " + std::to_string(node_size) + " must be a positive power of two";
-    });
+    check(node_size > 0 && std::has_single_bit(static_cast<unsigned>(node_size)), errc::invalid_argument,
+          [&] { return "gpus_per_node = " + std::to_string(node_size) + " must be a positive power of two"; });
     check(world <= node_size || world % node_size == 0, errc::invalid_argument, [&] {
       return "gpus = " + std::to_string(world) + " is not a multiple of gpus_per_node = " +
              std::to_string(node_size) + "; use whole nodes beyond one node";
@@ -38,7 +37,9 @@ struct buddy_groups {
 
   /// Blocks of `sp` ranks: N / sp of them for a power of two sp (a trailing partial block is never
   /// used), none of any other size.
-  int block_count(int sp) const noexcept { return sp > 0 && sp <= world && std::has_single_bit(static_cast<unsigned>(sp)) ? world / sp : 0; }
+  int block_count(int sp) const noexcept {
+    return sp > 0 && sp <= world && std::has_single_bit(static_cast<unsigned>(sp)) ? world / sp : 0;
+  }
   rank_block block(int sp, int i) const noexcept { return {i * sp, sp}; }
   rank_block block_of(int rank, int sp) const noexcept { return {rank / sp * sp, sp}; }
 

@@ -54,8 +54,8 @@ struct contiguous_groups {
   void validate() const {
     check(world > 0, errc::invalid_argument,
           [&] { return "gpus = " + std::to_string(world) + " must be positive"; });
-    check(node_size > 0 && (sizes == group_sizes::any || std::has_single_bit(static_cast<unsigned>(node_size))), errc::invalid_argument,
-          [&] {
+    check(node_size > 0 && (sizes == group_sizes::any || std::has_single_bit(static_cast<unsigned>(node_size))),
+          errc::invalid_argument, [&] {
             return "gpus_per_node = " + std::to_string(node_size) + " must be positive" +
                    (sizes == group_sizes::any ? std::string() : std::string(" and a power of two for power-of-two groups"));
           });
@@ -117,7 +117,9 @@ struct powers_of_two_of {
   int gpus() const noexcept { return groups.gpus(); }
   int gpus_per_node() const noexcept { return groups.gpus_per_node(); }
   void validate() const { groups.validate(); }
-  int block_count(int sp) const noexcept { return sp > 0 && std::has_single_bit(static_cast<unsigned>(sp)) ? groups.block_count(sp) : 0; }
+  int block_count(int sp) const noexcept {
+    return sp > 0 && std::has_single_bit(static_cast<unsigned>(sp)) ? groups.block_count(sp) : 0;
+  }
   rank_block block(int sp, int i) const noexcept { return groups.block(sp, i); }
   rank_block block_of(int rank, int sp) const noexcept { return groups.block_of(rank, sp); }
 

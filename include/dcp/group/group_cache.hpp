@@ -16,9 +16,10 @@
 /// Tensor parallelism (DESIGN section 4.2): the cache takes the job's `parallel_layout`; with
 /// tp > 1 the manager lays out planner units (TP groups of tp consecutive GPUs;
 /// `groups.gpus()` = `layout.units()`) and every block of sp units is the sp tp GPUs
-/// `layout.gpus_of(block)`; its communicator holds all of them, in GPU order. `prepare_split` then splits it per TP rank (the Ulysses and ring groups of a step), and
-/// `parallel_groups` creates the run's fixed TP, expert-parallel and data-parallel communicators
-/// (DESIGN section 4.4 says which GPUs each holds).
+/// `layout.gpus_of(block)`; its communicator holds all of them, in GPU order. `prepare_split`
+/// then splits it per TP rank (the Ulysses and ring groups of a step), and `parallel_groups`
+/// creates the run's fixed TP, expert-parallel and data-parallel communicators (DESIGN section
+/// 4.4 says which GPUs each holds).
 ///
 /// \code
 /// dcp::group_cache groups(world, dcp::buddy_groups{world.size(), 8});
@@ -32,8 +33,8 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -183,8 +184,8 @@ class group_cache {
   parallel_comms<Comm>& parallel_groups() {
     if (parallel_) return *parallel_;
     const int rank = world_->rank(), u = unit(), t = layout_.tp_rank_of(rank), ep = layout_.ep, tp = layout_.tp;
-    parallel_comms<Comm> c{ep, world_->split(u, rank), world_->split(u / ep * tp + t, u % ep),
-                           world_->split(t, u), world_->split(u % ep * tp + t, u / ep)};
+    parallel_comms<Comm> c{ep, world_->split(u, rank), world_->split(u / ep * tp + t, u % ep), world_->split(t, u),
+                           world_->split(u % ep * tp + t, u / ep)};
     parallel_.emplace(std::move(c));
     return *parallel_;
   }
@@ -242,7 +243,8 @@ class group_cache {
     Comm c = world_->split(member ? b.first / sp : no_color, rank);
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (member) {
-      check(c.valid() && c.size() == layout_.gpus_of(b).size && c.rank() == rank - layout_.gpus_of(b).first, errc::mismatch, [&] {
+      const rank_block gpus = layout_.gpus_of(b);
+      check(c.valid() && c.size() == gpus.size && c.rank() == rank - gpus.first, errc::mismatch, [&] {
         return "group_cache: split for size " + std::to_string(sp) + " gave rank " + std::to_string(c.rank()) +
                " of " + std::to_string(c.size()) + " on world rank " + std::to_string(rank);
       });

@@ -216,7 +216,6 @@ struct bucket_planner {
               << ", keys=" << to_string(p.keys) << ", " << p.token_buckets << ", seed=" << p.seed
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
-
 };
 
 static_assert(planner<bucket_planner>);

@@ -32,7 +32,8 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   const int n = cost.gpus();
   if (p.gpus != n) fail("plan is for " + std::to_string(p.gpus) + " GPUs, cost model for " + std::to_string(n));
   if (p.layout.tp != cost.layout().tp)
-    fail("plan has tp = " + std::to_string(p.layout.tp) + " (GPUs per unit), the cost model tp = " + std::to_string(cost.layout().tp));
+    fail("plan has tp = " + std::to_string(p.layout.tp) +
+         " (GPUs per unit), the cost model tp = " + std::to_string(cost.layout().tp));
 
   // Every sequence exactly once (in a step or skipped), nothing foreign.
   std::map<std::int64_t, int> seen;

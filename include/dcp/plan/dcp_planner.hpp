@@ -867,7 +867,8 @@ struct dcp_planner {
     // size never cost time (DESIGN 3.5).
     if constexpr (!detail::is_powers_of_two_of<typename Ctx::groups_type>) {
       const auto sizes = ctx.sp_sizes();
-      const bool other = std::any_of(sizes.begin(), sizes.end(), [](int sp) { return !std::has_single_bit(static_cast<unsigned>(sp)); });
+      const bool other = std::any_of(sizes.begin(), sizes.end(),
+                                     [](int sp) { return !std::has_single_bit(static_cast<unsigned>(sp)); });
       if (other && best.efficiency() < 0.999) {
         const planning_context aligned{ctx.cost, ctx.recompute, powers_of_two_of<typename Ctx::groups_type>{ctx.groups}};
         const bool may_beat_it = !aligned.sp_sizes().empty() &&

@@ -94,14 +94,16 @@ struct dynamic_cp_planner {
     const auto x_max = static_cast<std::int64_t>(max_tokens_per_gpu(cost));
     check(max_tokens_per_rank >= 0 && max_tokens_per_rank <= x_max, errc::invalid_argument, [&] {
       return "dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) + " must be in [1, " +
-             std::to_string(x_max) + "] (the tokens per GPU that fit with every block checkpointed), or tune it with dcp::tune";
+             std::to_string(x_max) +
+             "] (the tokens per GPU that fit with every block checkpointed), or tune it with dcp::tune";
     });
-    check(legal_sp(cost, min_cp_size) && std::has_single_bit(static_cast<unsigned>(min_cp_size)), errc::invalid_argument, [&] {
-      const auto top = widest_power_of_two(legal_sp_sizes(cost));
-      return "dynamic_cp min_cp_size = " + std::to_string(min_cp_size) + " is not a legal CP size on " +
-             std::to_string(cost.gpus()) + " GPUs with " + std::to_string(cost.heads()) +
-             " heads; use a power of two <= " + std::to_string(top) + " (1 = no minimum)";
-    });
+    check(legal_sp(cost, min_cp_size) && std::has_single_bit(static_cast<unsigned>(min_cp_size)),
+          errc::invalid_argument, [&] {
+            const auto top = widest_power_of_two(legal_sp_sizes(cost));
+            return "dynamic_cp min_cp_size = " + std::to_string(min_cp_size) + " is not a legal CP size on " +
+                   std::to_string(cost.gpus()) + " GPUs with " + std::to_string(cost.heads()) +
+                   " heads; use a power of two <= " + std::to_string(top) + " (1 = no minimum)";
+          });
   }
 
   /// True when every sequence of `seqs` gets a CP size the context offers under the limit.
@@ -138,12 +140,12 @@ struct dynamic_cp_planner {
         seqs.push_back(s);
         continue;
       }
-      const std::string why = "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) +
-                              " tokens needs CP size " +
-                              std::to_string(cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank)) +
-                              " under dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) +
-                              ", over the widest legal group " + std::to_string(top) +
-                              "; raise max_tokens_per_rank, or tune it with dcp::tune";
+      const std::string why =
+          "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) + " tokens needs CP size " +
+          std::to_string(cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank)) +
+          " under dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) +
+          ", over the widest legal group " + std::to_string(top) +
+          "; raise max_tokens_per_rank, or tune it with dcp::tune";
       if (on_infeasible == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
       else throw error(errc::infeasible, why);
     }

@@ -97,8 +97,10 @@ std::vector<sequence> fixed_sp_sequences(const C& cost, std::span<const sequence
     const std::string why = "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) +
                             " tokens does not fit the fixed sp = " + std::to_string(sp) +
                             " with every block checkpointed; tune the planner on a dataset that contains it";
-    if (policy == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
-    else throw error(errc::infeasible, why);
+    if (policy == infeasible_policy::skip)
+      skipped.push_back({s.id, cost.tokens_of(s), why});
+    else
+      throw error(errc::infeasible, why);
   }
   std::sort(out.begin(), out.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
   return out;
@@ -125,9 +127,8 @@ template <cost_model C, group_manager G>
 void deal_synchronised(plan_builder<C>& builder, const G& groups, const std::vector<std::vector<sequence>>& micro,
                        int sp, int k) {
   const int d = groups.block_count(sp);
-  check(d > 0, errc::invalid_argument, [&] {
-    return "the group manager offers no block of sp = " + std::to_string(sp) + "; tune on its blocks";
-  });
+  check(d > 0, errc::invalid_argument,
+        [&] { return "the group manager offers no block of sp = " + std::to_string(sp) + "; tune on its blocks"; });
   for (std::size_t first = 0; first < micro.size(); first += static_cast<std::size_t>(d)) {
     if (first > 0) builder.barrier();
     for (int g = 0; g < d && first + static_cast<std::size_t>(g) < micro.size(); ++g)
@@ -139,7 +140,8 @@ void deal_synchronised(plan_builder<C>& builder, const G& groups, const std::vec
 /// planner `name`) was left at 0: a planner plans the batch it is given and never tunes itself.
 inline void require_tuned(bool tuned, const std::string& name, const char* knob) {
   check(tuned, errc::invalid_argument, [&] {
-    return name + " planner: " + knob + " = 0 is not tuned; choose it on the workload with dcp::tune(planner, ctx, data) "
+    return name + " planner: " + knob +
+           " = 0 is not tuned; choose it on the workload with dcp::tune(planner, ctx, data) "
            "(<dcp/workload/tuning.hpp>), or set it";
   });
 }

@@ -63,7 +63,7 @@ class first_fit_bins {
 struct packed_planner {
   using policy_concept = planner_tag;
 
-  int sp = 0;  ///< the fixed sp; 0 = untuned (`dcp::tune` chooses it)
+  int sp = 0;         ///< the fixed sp; 0 = untuned (`dcp::tune` chooses it)
   double fill = 1.0;  ///< micro-batches hold up to this fraction of the most tokens that fit (tuned)
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
@@ -137,7 +137,6 @@ struct packed_planner {
     return os << "packed_planner{sp=" << p.sp << ", fill=" << p.fill
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
-
 };
 
 static_assert(planner<packed_planner>);

@@ -83,7 +83,7 @@ struct skipped_sequence {
 /// The plan of one global batch.
 struct plan {
   std::string method;  ///< planner that made it ("dcp", "bucket", ...)
-  int gpus = 0;           ///< planner units (TP groups): `layout.units()`
+  int gpus = 0;        ///< planner units (TP groups): `layout.units()`
   int gpus_per_node = 0;  ///< units per node: `layout.units_per_node()`
   /// The job's layout it was planned on: unit u is GPUs `layout.gpus_of({u, 1})`, tp of them.
   parallel_layout layout{};

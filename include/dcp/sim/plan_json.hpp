@@ -33,10 +33,10 @@
 /// `read_plan_json` reads such a document back, and the older formats too. They had no "layout":
 /// v2 wrote "gpus" and "gpus_per_node" in units and "tp" beside them; v1 only "gpus" and
 /// "gpus_per_node" (its plans are tp = 1). Their layout is then known only as far as N, G and tp
-/// (`plan_document::full_layout` is false); ep, sharding and ring read as their defaults. Files written before rounds existed have no
-/// "round" key on any step: their barriers are inferred from the start times (`infer_rounds`:
-/// exact for lockstep plans, one round for dcp and dynamic_cp plans) and the document's
-/// `warnings` say so.
+/// (`plan_document::full_layout` is false); ep, sharding and ring read as their defaults.
+/// Files written before rounds existed have no "round" key on any step: their barriers are
+/// inferred from the start times (`infer_rounds`: exact for lockstep plans, one round for dcp and
+/// dynamic_cp plans) and the document's `warnings` say so.
 
 #include <bit>
 #include <cmath>
@@ -173,7 +173,7 @@ inline constexpr std::string_view plan_format = "dcp.plan/v3";
 
 /// The "layout" object of a plan document.
 inline nlohmann::ordered_json to_json(const parallel_layout& l) {
-  return {{"gpus", l.gpus}, {"gpus_per_node", l.gpus_per_node}, {"tp", l.tp},
+  return {{"gpus", l.gpus}, {"gpus_per_node", l.gpus_per_node},  {"tp", l.tp},
           {"ep", l.ep},     {"sharding", to_string(l.sharding)}, {"ring", l.ring}};
 }
 
@@ -284,14 +284,16 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
   try {
     const std::string f = j.is_object() && j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
     if (f != plan_format && f != "dcp.plan/v2" && f != "dcp.plan/v1")
-      fail("unknown format '" + f + "'; expected \"" + std::string(plan_format) + "\" (or \"dcp.plan/v2\", \"dcp.plan/v1\")");
+      fail("unknown format '" + f + "'; expected \"" + std::string(plan_format) +
+           "\" (or \"dcp.plan/v2\", \"dcp.plan/v1\")");
     format = f;
     doc.method = at(j, "method", "the document").get<std::string>();
     parallel_layout& l = doc.layout;
     if (format == plan_format) {
       const auto& jl = at(j, "layout", "the document");
       l.gpus = static_cast<int>(integer(at(jl, "gpus", "\"layout\""), "layout gpus", 1, int_max));
-      l.gpus_per_node = static_cast<int>(integer(at(jl, "gpus_per_node", "\"layout\""), "layout gpus_per_node", 1, int_max));
+      l.gpus_per_node =
+          static_cast<int>(integer(at(jl, "gpus_per_node", "\"layout\""), "layout gpus_per_node", 1, int_max));
       l.tp = static_cast<int>(integer(at(jl, "tp", "\"layout\""), "layout tp", 1, int_max));
       l.ep = static_cast<int>(integer(at(jl, "ep", "\"layout\""), "layout ep", 1, int_max));
       const auto& sharding = at(jl, "sharding", "\"layout\"");

@@ -17,8 +17,8 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <sstream>
 #include <span>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,8 +45,8 @@ struct replay_job {
 };
 
 /// Throws `dcp::error(errc::mismatch)` unless `doc` (read from `source`) fits the run: its job
-/// (its layout, capacity, model and device) is `cost`'s and `job`'s, it has one plan per batch of `batches`, and every plan keeps the laws
-/// of `plan_violations` against its batch on `cost`.
+/// (its layout, capacity, model and device) is `cost`'s and `job`'s, it has one plan per batch of `batches`, and every
+/// plan keeps the laws of `plan_violations` against its batch on `cost`.
 template <cost_model C>
 void check_replay(const plan_document& doc, std::string_view source, const C& cost,
                   std::span<const std::vector<sequence>> batches, const replay_job& job) {

@@ -57,8 +57,8 @@ std::vector<std::vector<sequence>> epoch_batches(const C& cost, dataset data, st
 /// The epoch a static planner tunes on: `epoch_batches` of `data` taken in id order, so that
 /// tuning does not depend on the order the data came in.
 template <cost_model C>
-std::vector<std::vector<sequence>> tuning_batches(const C& cost, std::span<const sequence> data,
-                                                  std::int64_t budget, std::uint64_t seed) {
+std::vector<std::vector<sequence>> tuning_batches(const C& cost, std::span<const sequence> data, std::int64_t budget,
+                                                  std::uint64_t seed) {
   dataset by_id(data.begin(), data.end());
   std::sort(by_id.begin(), by_id.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
   return epoch_batches(cost, std::move(by_id), budget, seed);
@@ -82,7 +82,8 @@ tuning_data tuning_data_of(const C& cost, std::span<const sequence> data, infeas
   out.feasible = feasible_sequences(cost, data, policy, skipped, sizes);
   check(!out.feasible.empty(), errc::infeasible, [&] {
     return "tune: none of the " + std::to_string(data.size()) + " sequences of the dataset fits any configuration on " +
-           std::to_string(cost.gpus()) + " GPUs, so there is nothing to tune on; tune on data that fits, or set the knob";
+           std::to_string(cost.gpus()) +
+           " GPUs, so there is nothing to tune on; tune on data that fits, or set the knob";
   });
   out.batches = tuning_batches(cost, data, budget, seed);
   return out;
@@ -214,17 +215,16 @@ dynamic_cp_planner tune(dynamic_cp_planner p, const Ctx& ctx, std::span<const se
 /// baselines). Laws: the result does not depend on the order of the data, and it plans any batch
 /// drawn from the data.
 template <class P, class C>
-concept tunable_planner =
-    cost_model<C> && requires(P p, const planning_context<C, full_recompute, buddy_groups>& ctx, std::span<const sequence> data) {
-      { tune(std::move(p), ctx, data) } -> std::same_as<P>;
-    };
+concept tunable_planner = cost_model<C> &&
+    requires(P p, const planning_context<C, full_recompute, buddy_groups>& ctx, std::span<const sequence> data) {
+  { tune(std::move(p), ctx, data) } -> std::same_as<P>;
+};
 
 /// `tune(p, planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
 /// the static planners checkpoint every block whatever the recompute policy.
 template <class Planner, cost_model C>
-  requires tunable_planner<Planner, C>
-Planner tune(Planner p, const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
-             std::uint64_t sampler_seed = 0) {
+requires tunable_planner<Planner, C> Planner tune(Planner p, const C& cost, std::span<const sequence> data,
+                                                  std::int64_t budget = 0, std::uint64_t sampler_seed = 0) {
   return tune(std::move(p), planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, sampler_seed);
 }
 
