@@ -215,17 +215,21 @@ dynamic_cp_planner tune(dynamic_cp_planner p, const Ctx& ctx, std::span<const se
 /// baselines). Laws: the result does not depend on the order of the data, and it plans any batch
 /// drawn from the data.
 template <class P, class C>
-concept tunable_planner = cost_model<C> &&
+concept tunable_planner =
+    cost_model<C> &&
     requires(P p, const planning_context<C, full_recompute, buddy_groups>& ctx, std::span<const sequence> data) {
-  { tune(std::move(p), ctx, data) } -> std::same_as<P>;
-};
+      { tune(std::move(p), ctx, data) } -> std::same_as<P>;
+    };
 
+// clang-format off (clang-format 14 runs a requires-clause into the declaration)
 /// `tune(p, planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
 /// the static planners checkpoint every block whatever the recompute policy.
 template <class Planner, cost_model C>
-requires tunable_planner<Planner, C> Planner tune(Planner p, const C& cost, std::span<const sequence> data,
-                                                  std::int64_t budget = 0, std::uint64_t sampler_seed = 0) {
+  requires tunable_planner<Planner, C>
+Planner tune(Planner p, const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
+             std::uint64_t sampler_seed = 0) {
   return tune(std::move(p), planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, sampler_seed);
 }
+// clang-format on
 
 }  // namespace dcp
