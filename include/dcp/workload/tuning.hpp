@@ -143,6 +143,28 @@ fixed_sp_tuning tune_fixed_sp(const Ctx& ctx, std::span<const sequence> data,
   return out;
 }
 
+namespace detail {
+/// What tuning `bucket` and `packed` share: `p` with the fastest `sp` and `fill` (`tune_fixed_sp`)
+/// over one epoch of global batches of `budget` tokens (0 = 262144 * N) drawn with
+/// `sampler_seed`; `finish(q, feasible)` completes each candidate `q` on the feasible data.
+template <class P, any_planning_context Ctx, class Finish>
+P tune_sp_and_fill(P p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget, std::uint64_t sampler_seed,
+                   Finish finish) {
+  ctx.validate();
+  const auto sizes = ctx.sp_sizes();
+  const auto on = tuning_data_of(ctx.cost, data, p.on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
+  auto configure = [&](int candidate, double fraction) {
+    P q = p;
+    q.sp = candidate;
+    q.fill = fraction;
+    finish(q, std::span<const sequence>(on.feasible));
+    return q;
+  };
+  const auto t = tune_fixed_sp(ctx, on.feasible, on.batches, configure);
+  return configure(t.sp, t.fill);
+}
+}  // namespace detail
+
 /// `p` with `keys` resolved on the whole dataset `data`, `sp` and `fill` the fastest candidates
 /// (`tune_fixed_sp`) over one epoch of global batches of `budget` tokens (0 = 262144 * N) drawn
 /// with `sampler_seed`, and `median_bucket_time_s` from the dataset's buckets on that sp.
@@ -151,35 +173,19 @@ bucket_planner tune(bucket_planner p, const Ctx& ctx, std::span<const sequence> 
                     std::uint64_t sampler_seed = 0) {
   ctx.validate();
   p.token_buckets.validate();
-  const auto sizes = ctx.sp_sizes();
-  const auto on = tuning_data_of(ctx.cost, data, p.on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
-  p.keys = p.resolved_keys(on.feasible);
-  auto configure = [&](int candidate, double fraction) {
-    bucket_planner q = p;
-    q.sp = candidate;
-    q.fill = fraction;
-    q.median_bucket_time_s = q.median_time(ctx.cost, on.feasible, candidate);
-    return q;
-  };
-  const auto t = tune_fixed_sp(ctx, on.feasible, on.batches, configure);
-  return configure(t.sp, t.fill);
+  return detail::tune_sp_and_fill(std::move(p), ctx, data, budget, sampler_seed,
+                                  [&](bucket_planner& q, std::span<const sequence> feasible) {
+                                    q.keys = q.resolved_keys(feasible);
+                                    q.median_bucket_time_s = q.median_time(ctx.cost, feasible, q.sp);
+                                  });
 }
 
 /// `p` with `sp` and `fill` tuned on the whole dataset `data` (as for `bucket_planner`).
 template <any_planning_context Ctx>
 packed_planner tune(packed_planner p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
                     std::uint64_t sampler_seed = 0) {
-  ctx.validate();
-  const auto sizes = ctx.sp_sizes();
-  const auto on = tuning_data_of(ctx.cost, data, p.on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
-  auto configure = [&p](int candidate, double fraction) {
-    packed_planner q = p;
-    q.sp = candidate;
-    q.fill = fraction;
-    return q;
-  };
-  const auto t = tune_fixed_sp(ctx, on.feasible, on.batches, configure);
-  return configure(t.sp, t.fill);
+  return detail::tune_sp_and_fill(std::move(p), ctx, data, budget, sampler_seed,
+                                  [](packed_planner&, std::span<const sequence>) {});
 }
 
 /// `p` with `max_tokens_per_rank` tuned on the whole dataset `data`: every candidate of
