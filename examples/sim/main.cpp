@@ -4,7 +4,8 @@
 //
 //   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET | --model-config FILE] [--gpus N] [--gpus-per-node G]
 //           [--tp T] [--ep E] [--sharding replicated|zero1|zero3] [--ring R]
-//           [--device h200|h100] [--methods LIST] [--global-batch-tokens T] [--seed S]
+//           [--device h200|h100|a100] [--cluster h100x2,h200x2|FILE] [--methods LIST] [--global-batch-tokens T] [--seed
+//           S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
 //           [--calibrate] [--frozen t5-xxl,vae3d] [--plan-in FILE]...
@@ -13,7 +14,10 @@
 // truth clock (DESIGN section 8), and the default methods gain the `oracle` row. --frozen adds
 // forward-only networks to every step (cost_sum, DESIGN 9.4) for every method and the truth;
 // --plan-in replays plan files (sim/replay.hpp) as rows of their own, and brings the frozen
-// networks a file records when --frozen is not given.
+// networks a file records when --frozen is not given. --cluster lays the job out on nodes of
+// different devices (presets x node counts in rank order, or a dcp.cluster/v1 file), priced on
+// --device's clock at each node's speed and within each GPU's own memory; the default methods
+// then gain the dcp-uniform row.
 
 #include <algorithm>
 #include <cstdint>
@@ -32,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dcp/cost/analytic.hpp>
+#include <dcp/cost/cluster_json.hpp>
 #include <dcp/cost/cost_sum.hpp>
 #include <dcp/cost/device.hpp>
 #include <dcp/cost/profiled_cost.hpp>
@@ -68,8 +73,10 @@ struct cli_options {
   int ring = 1;
   std::string sharding = "zero1";
   int gpus = 32;
+  bool gpus_given = false;
   int gpus_per_node = 8;
   std::string device = "h200";
+  std::string cluster;
   std::string groups = "any";
   std::string methods = "dcp,dcp-no-inter,dcp-no-intra,bucket,packed,dynamic_cp";
   bool methods_given = false;
@@ -209,7 +216,10 @@ void add_calibrated(method_runs& runs, const std::vector<std::string>& methods, 
 int run(const cli_options& o) {
   // Inputs first, so that a typo fails before any work.
   const bool with_truth = o.truth.has_value() || !o.truth_profile.empty();
-  const auto methods = split_methods(o.methods_given || !with_truth ? o.methods : o.methods + ",oracle", with_truth);
+  std::string method_list = o.methods;
+  if (!o.methods_given && !o.cluster.empty()) method_list += "," + std::string(dcp::sim::uniform_method);
+  if (!o.methods_given && with_truth) method_list += ",oracle";
+  const auto methods = split_methods(method_list, with_truth);
   const dcp::sim::truth_spec spec = dcp::sim::parse_truth_spec(o.truth.value_or(""));
   const std::uint64_t truth_seed = o.truth_seed.value_or(o.seed);
   dcp::check(o.on_infeasible == "error" || o.on_infeasible == "skip", dcp::errc::invalid_argument,
@@ -231,6 +241,29 @@ int run(const cli_options& o) {
   if (o.ring > 1) model_name += " ring<=" + std::to_string(o.ring);
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
+  // --cluster: the nodes in rank order, each at its speed on --device's clock.
+  std::vector<dcp::unit_device> nodes;
+  int gpus = o.gpus;
+  std::string device_name = device.name;
+  if (!o.cluster.empty()) {
+    std::vector<dcp::device_spec> per_node = std::filesystem::is_regular_file(o.cluster)
+                                                 ? dcp::read_cluster_json(std::filesystem::path(o.cluster))
+                                                 : dcp::devices::cluster(o.cluster);
+    for (auto& d : per_node) d.gpus_per_node = o.gpus_per_node;
+    nodes = dcp::node_devices(per_node, device);
+    const int cluster_gpus = static_cast<int>(nodes.size()) * o.gpus_per_node;
+    dcp::check(!o.gpus_given || o.gpus == cluster_gpus, dcp::errc::invalid_argument, [&] {
+      return "--gpus " + std::to_string(o.gpus) + " but --cluster '" + o.cluster + "' has " +
+             std::to_string(nodes.size()) + " nodes of " + std::to_string(o.gpus_per_node) + " GPUs (" +
+             std::to_string(cluster_gpus) + "); drop --gpus or make them agree";
+    });
+    gpus = cluster_gpus;
+    dcp::check(!o.calibrate, dcp::errc::invalid_argument, [] {
+      return std::string(
+          "--calibrate learns one device's clock; calibration per device of a --cluster is not built, "
+          "drop one of them");
+    });
+  }
   std::optional<std::vector<dcp::forward_network>> frozen_given;
   if (o.frozen) frozen_given = parse_frozen(*o.frozen, device);
   std::vector<dcp::sim::plan_document> replays;
@@ -247,12 +280,18 @@ int run(const cli_options& o) {
            "; drop one of them";
   });
   const auto cost = dcp::make_analytic_cost(model, device,
-                                           {.gpus = o.gpus, .gpus_per_node = device.gpus_per_node, .tp = o.tp,
-                                            .ep = o.ep, .sharding = dcp::sharding_of(o.sharding), .ring = o.ring});
+                                            {.gpus = gpus,
+                                             .gpus_per_node = device.gpus_per_node,
+                                             .tp = o.tp,
+                                             .ep = o.ep,
+                                             .sharding = dcp::sharding_of(o.sharding),
+                                             .ring = o.ring,
+                                             .nodes = nodes});
+  if (!nodes.empty()) device_name = cost.layout().cluster_name() + " on the " + device.name + " clock";
   const dcp::group_sizes sizes = dcp::group_sizes_of(o.groups);
   dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}.validate();
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
-  dcp::check(cost.is_classic() || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
+  dcp::check((cost.is_classic() && nodes.empty()) || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
     return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding, --ring and "
            "the GQA/MoE/cross-attention model, or use --truth SPEC";
   });
@@ -264,8 +303,13 @@ int run(const cli_options& o) {
   settings.seed = o.seed;
   const auto batches = dcp::epoch_batches(cost, data, o.global_batch_tokens, o.seed);
 
-  dcp::sim::comparison_header header{source, model_name, device.name, o.gpus, o.gpus_per_node,
-                                     static_cast<std::int64_t>(data.size()), 0,
+  dcp::sim::comparison_header header{source,
+                                     model_name,
+                                     device_name,
+                                     gpus,
+                                     o.gpus_per_node,
+                                     static_cast<std::int64_t>(data.size()),
+                                     0,
                                      static_cast<std::int64_t>(batches.size())};
   for (const auto& s : data) header.tokens += cost.tokens_of(s);
   header.groups = sizes == dcp::group_sizes::any ? "any" : "buddy";
@@ -395,16 +439,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sharding", o.sharding, "weights/grads/optimizer layout: replicated, zero1 or zero3")
       ->capture_default_str();
-  app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")->capture_default_str();
+  auto* gpus = app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")
+                   ->capture_default_str();
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node G")->capture_default_str();
-  app.add_option("--device", o.device, "device preset: h200 or h100")->capture_default_str();
+  app.add_option("--device", o.device,
+                 "device preset: h200, h100 or a100 (with --cluster: the clock node speeds are "
+                 "relative to)")
+      ->capture_default_str();
+  app.add_option("--cluster", o.cluster,
+                 "nodes of different devices in rank order: presets x node counts "
+                 "(h100x2,h200x2) or a dcp.cluster/v1 file; sets N");
   app.add_option("--groups", o.groups, "GPU groups a plan may use: any (every size inside a node or of whole nodes, "
                                        "e.g. 5 or 40 GPUs for 40 heads) or buddy (powers of two; dynamic_cp always "
                                        "rounds to those, as Megatron-Core does)")
       ->capture_default_str();
-  auto* methods = app.add_option("--methods", o.methods, "comma-separated methods: dcp, dcp-no-inter, dcp-no-intra, "
-                                         "dcp-no-inter-no-intra, bucket, packed, dynamic_cp; oracle with a truth")
-      ->capture_default_str();
+  auto* methods =
+      app.add_option("--methods", o.methods,
+                     "comma-separated methods: dcp, dcp-no-inter, dcp-no-intra, "
+                     "dcp-no-inter-no-intra, bucket, packed, dynamic_cp; dcp-uniform on a --cluster; oracle "
+                     "with a truth")
+          ->capture_default_str();
   app.add_option("--global-batch-tokens", o.global_batch_tokens, "tokens per global batch (default 262144 * N)");
   app.add_option("--seed", o.seed, "seed of the workload, the sampler and seeded planners")->capture_default_str();
   app.add_option("--plan-out", o.plan_out, "write the plan JSON (dcp.plan/v3) of the first method, all batches");
@@ -432,6 +486,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   o.methods_given = methods->count() > 0;
+  o.gpus_given = gpus->count() > 0;
   try {
     return run(o);
   } catch (const dcp::error& e) {

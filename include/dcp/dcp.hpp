@@ -19,6 +19,7 @@
 #include <dcp/config.hpp>
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/calibration.hpp>
+#include <dcp/cost/cluster_json.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/cost/cost_sum.hpp>
 #include <dcp/cost/device.hpp>

@@ -2,8 +2,9 @@
 /// \file
 /// `parallel_layout`: the job's parallel layout, its one value (DESIGN section 2.1). GPUs and
 /// GPUs per node, the tensor-parallel size tp (GPUs of one planner unit, on one node), the
-/// expert-parallel size ep, the largest Ulysses x Ring ring, and how weights, gradients and
-/// optimizer state shard (`sharding_kind`).
+/// expert-parallel size ep, the largest Ulysses x Ring ring, how weights, gradients and
+/// optimizer state shard (`sharding_kind`), and, on a cluster whose nodes are not all alike, each
+/// node's device (`unit_device`: its name, its speed and the memory a step may use on it).
 ///
 /// Planners count units: unit u is the tp GPUs [u tp, (u + 1) tp), so a block of sp units is
 /// the sp tp GPUs from its first unit's (`gpus_of`). This header is the one place that
@@ -19,8 +20,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <cstddef>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <dcp/error.hpp>
 
@@ -65,6 +69,14 @@ inline sharding_kind sharding_of(const std::string& name) {
   throw error(errc::invalid_argument, "unknown sharding '" + name + "'; use replicated, zero1 or zero3");
 }
 
+/// The device of one node's units on a mixed cluster (DESIGN section 2.1).
+struct unit_device {
+  std::string name;     ///< its preset's name (h100, h200, a100, ...)
+  double speed = 1;     ///< step speed relative to the cost model's own device (time / speed)
+  double capacity = 0;  ///< bytes per GPU a step may use on it
+  friend bool operator==(const unit_device&, const unit_device&) = default;
+};
+
 struct parallel_layout {
   int gpus = 1;           ///< N, the GPUs of the job
   int gpus_per_node = 8;  ///< G, the GPUs of one node (its fast-link domain)
@@ -72,6 +84,9 @@ struct parallel_layout {
   int ep = 1;             ///< expert-parallel size: units of the data-parallel domain the experts shard over
   sharding_kind sharding = sharding_kind::zero1;
   int ring = 1;  ///< largest Ulysses x Ring ring size r a step may use (DESIGN section 4.3); 1 = Ulysses only
+  /// One device per node, in rank order, on a cluster whose nodes differ; empty: every node is
+  /// the cost model's device (speed 1, its capacity).
+  std::vector<unit_device> nodes{};
 
   /// Throws a `dcp::error` (errc::invalid_argument) naming the value and the fix unless the
   /// layout can be laid out: N > 0 in whole nodes beyond one node, tp a power of two dividing G
@@ -98,12 +113,94 @@ struct parallel_layout {
     });
     check(ring >= 1 && std::has_single_bit(static_cast<unsigned>(ring)), errc::invalid_argument,
           [&] { return "ring = " + std::to_string(ring) + " must be a power of two >= 1 (1 = Ulysses only)"; });
+    check(nodes.empty() || static_cast<int>(nodes.size()) == node_count(), errc::invalid_argument, [&] {
+      return std::to_string(nodes.size()) + " node devices for " + std::to_string(node_count()) +
+             " nodes of gpus = " + std::to_string(gpus) + " (gpus_per_node = " + std::to_string(gpus_per_node) +
+             "); name one device per node";
+    });
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      check(std::isfinite(nodes[i].speed) && nodes[i].speed > 0 && std::isfinite(nodes[i].capacity) &&
+                nodes[i].capacity > 0,
+            errc::invalid_argument, [&] {
+              return "node " + std::to_string(i) + " ('" + nodes[i].name +
+                     "'): speed = " + std::to_string(nodes[i].speed) +
+                     " and capacity = " + std::to_string(nodes[i].capacity) + " B must be positive and finite";
+            });
   }
 
   /// Planner units: TP groups (GPUs when tp = 1), N / tp.
   constexpr int units() const noexcept { return gpus / tp; }
   /// Units of one node, G / tp (at least 1).
   constexpr int units_per_node() const noexcept { return std::max(1, gpus_per_node / tp); }
+  /// Nodes of the job (one partial node below G GPUs).
+  constexpr int node_count() const noexcept { return (gpus + gpus_per_node - 1) / gpus_per_node; }
+  /// True when the nodes' devices differ in speed or capacity (a mixed cluster).
+  bool mixed() const noexcept {
+    return std::any_of(nodes.begin(), nodes.end(), [&](const unit_device& d) {
+      return d.speed != nodes.front().speed || d.capacity != nodes.front().capacity;
+    });
+  }
+  /// True when nodes are named: every node's speed and capacity come from `nodes`.
+  bool has_node_devices() const noexcept { return !nodes.empty(); }
+  /// The node of unit `u`, and its device (`nodes` must be named).
+  constexpr int node_of_unit(int u) const noexcept { return u * tp / gpus_per_node; }
+  const unit_device& device_of_unit(int u) const { return nodes[static_cast<std::size_t>(node_of_unit(u))]; }
+  /// The slowest and the smallest device of a block of units: a gang step runs at its slowest
+  /// member's pace and must fit its smallest member's memory. With no named nodes: 1 and
+  /// `uniform_capacity`.
+  double speed_of(rank_block units) const noexcept {
+    if (nodes.empty()) return 1.0;
+    double v = device_of_unit(units.first).speed;
+    for (int n = node_of_unit(units.first) + 1; n <= node_of_unit(units.end() - 1); ++n)
+      v = std::min(v, nodes[static_cast<std::size_t>(n)].speed);
+    return v;
+  }
+  double capacity_of(rank_block units, double uniform_capacity) const noexcept {
+    if (nodes.empty()) return uniform_capacity;
+    double c = device_of_unit(units.first).capacity;
+    for (int n = node_of_unit(units.first) + 1; n <= node_of_unit(units.end() - 1); ++n)
+      c = std::min(c, nodes[static_cast<std::size_t>(n)].capacity);
+    return c;
+  }
+  /// The smallest and the largest per-GPU capacity of the job (`uniform_capacity` without nodes).
+  double smallest_capacity(double uniform_capacity) const noexcept {
+    return capacity_of({0, units()}, uniform_capacity);
+  }
+  double largest_capacity(double uniform_capacity) const noexcept {
+    double c = nodes.empty() ? uniform_capacity : 0.0;
+    for (const auto& d : nodes) c = std::max(c, d.capacity);
+    return c;
+  }
+  /// Per unit, its node's speed; empty when no node is named or every node runs at speed 1.
+  std::vector<double> unit_speeds() const {
+    std::vector<double> out;
+    if (std::all_of(nodes.begin(), nodes.end(), [](const unit_device& d) { return d.speed == 1.0; })) return out;
+    out.reserve(static_cast<std::size_t>(units()));
+    for (int u = 0; u < units(); ++u) out.push_back(device_of_unit(u).speed);
+    return out;
+  }
+  /// This layout with every node its weakest device (the slowest speed, the smallest capacity):
+  /// the cluster as a planner that does not know it sees it.
+  parallel_layout as_weakest() const {
+    parallel_layout out = *this;
+    if (nodes.empty()) return out;
+    unit_device weakest{"weakest", nodes.front().speed, nodes.front().capacity};
+    for (const auto& d : nodes) weakest.speed = std::min(weakest.speed, d.speed);
+    weakest.capacity = smallest_capacity(0);
+    out.nodes.assign(nodes.size(), weakest);
+    return out;
+  }
+  /// The node devices in rank order, runs of one name folded: "h100x2,h200x2" ("" without nodes).
+  std::string cluster_name() const {
+    std::string out;
+    for (std::size_t i = 0; i < nodes.size();) {
+      std::size_t j = i;
+      while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
+      out += (out.empty() ? "" : ",") + nodes[i].name + "x" + std::to_string(j - i);
+      i = j;
+    }
+    return out;
+  }
   /// True when `g` GPUs lie inside one node's fast links.
   constexpr bool within_node(int g) const noexcept { return g <= gpus_per_node; }
 
@@ -122,6 +219,7 @@ struct parallel_layout {
     if (p.ep > 1) os << ", ep=" << p.ep;
     if (p.sharding != sharding_kind::zero1) os << ", " << p.sharding;
     if (p.ring > 1) os << ", ring<=" << p.ring;
+    if (!p.nodes.empty()) os << ", nodes " << p.cluster_name();
     return os << "}";
   }
 };

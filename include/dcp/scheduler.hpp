@@ -62,6 +62,9 @@ struct scheduler_options {
   device_spec device = devices::h200();  ///< device preset (or a measured one)
   int gpus_per_node = 0;                 ///< G; 0: device.gpus_per_node
   double memory_capacity_bytes = 0;      ///< C per GPU; 0: device.mem_bytes * device.usable
+  /// A mixed cluster: one device per node in rank order, each priced on `device`'s clock at its
+  /// speed and within its own memory (`node_devices`, DESIGN 2.1); empty: every node is `device`.
+  std::vector<device_spec> cluster{};
   /// Loss weights and infeasible sequences: when set, they override the planner's own knobs.
   std::optional<loss_normalization> loss;
   std::optional<infeasible_policy> on_infeasible;
@@ -73,7 +76,7 @@ struct scheduler_options {
   friend bool operator==(const scheduler_options&, const scheduler_options&) = default;
   friend std::ostream& operator<<(std::ostream& os, const scheduler_options& o) {
     os << "scheduler_options{" << o.device << ", gpus_per_node=" << o.gpus_per_node
-       << ", memory_capacity_bytes=" << o.memory_capacity_bytes << ", loss=";
+       << ", memory_capacity_bytes=" << o.memory_capacity_bytes << ", cluster=" << o.cluster.size() << " nodes, loss=";
     if (o.loss) os << *o.loss;
     else os << "planner's";
     os << ", on_infeasible=";
@@ -399,6 +402,28 @@ class scheduler {
     });
     // A cost value set in the bundle counts as given.
     if (!given && !(policies_.cost == cost_type{})) given = policies_.cost;
+    if (!options_.cluster.empty()) {
+      // The nodes as the scheduler builds them; a given cost model must price the same ones.
+      std::vector<device_spec> nodes = options_.cluster;
+      for (auto& d : nodes) d.gpus_per_node = job_device().gpus_per_node;
+      const std::vector<unit_device> named = node_devices(nodes, job_device());
+      if (!given) {
+        if constexpr (std::is_same_v<cost_type, analytic_cost>) {
+          return make_analytic_cost(
+              to_transformer_spec(model_), job_device(),
+              parallel_layout{.gpus = world_->size(), .gpus_per_node = job_device().gpus_per_node, .nodes = named});
+        } else {
+          throw error(errc::invalid_argument,
+                      "scheduler_options::cluster builds an analytic_cost; pass a cost model of the cluster to the "
+                      "scheduler's constructor instead");
+        }
+      }
+      check(given->layout().nodes == named, errc::mismatch, [] {
+        return std::string(
+            "the cost model's nodes are not scheduler_options::cluster's; build the cost model on "
+            "the cluster, or leave the option empty");
+      });
+    }
     if constexpr (buildable_cost<cost_type, Model>)
       if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
     check(given->layout().gpus == world_->size(), errc::mismatch, [&] {
@@ -411,6 +436,13 @@ class scheduler {
   }
   void start_calibration() {
     options_.calibration.validate();
+    // The calibrator fits one device's clock and learns speeds against it: on nodes of different
+    // devices it would take the nodes' own speeds for stragglers.
+    check(!cost_.layout().mixed(), errc::unsupported, [] {
+      return std::string(
+          "online calibration fits one device's clock; calibrating each device of a mixed cluster is "
+          "not built, turn calibration off or plan on one device type");
+    });
     fitted_cost prior;
     if constexpr (std::is_same_v<cost_type, fitted_cost>) prior = cost_;
     else if constexpr (requires { transformer_spec(model_); })

@@ -61,7 +61,7 @@ TEST(DevicePresets, ByName) {
 }
 
 TEST(DevicePresets, UnknownNameIsAnErrorNamingIt) {
-  EXPECT_DCP_ERROR((void)dcp::devices::preset("a100"), dcp::errc::invalid_argument, "'a100'", "h200");
+  EXPECT_DCP_ERROR((void)dcp::devices::preset("v100"), dcp::errc::invalid_argument, "'v100'", "h200, h100 or a100");
 }
 
 TEST(DevicePresets, ValidationNamesTheField) {

@@ -419,8 +419,36 @@ const std::vector<entry>& catalogue() {
        }},
       {"unknown-model-preset", "invalid_argument", "unknown model preset 'gpt5'; use one of",
        [] { return lib([] { (void)dcp::models::preset("gpt5"); }); }},
-      {"unknown-device-preset", "invalid_argument", "unknown device preset 'a100'; use h200 or h100",
-       [] { return lib([] { (void)dcp::devices::preset("a100"); }); }},
+      {"unknown-device-preset", "invalid_argument", "unknown device preset 'v100'; use h200, h100 or a100",
+       [] { return lib([] { (void)dcp::devices::preset("v100"); }); }},
+      {"cluster-node-count", "invalid_argument", "1 node devices for 2 nodes of gpus = 16",
+       [] {
+         return lib([] {
+           dcp::parallel_layout l{.gpus = 16, .gpus_per_node = 8};
+           l.nodes = {{"h100", 1, 72e9}};
+           l.validate();
+         });
+       }},
+      {"cluster-entry-bad", "invalid_argument", "cluster entry 'h100x0' must be PRESETxNODES with NODES >= 1",
+       [] { return lib([] { (void)dcp::devices::cluster("h100x0"); }); }},
+      {"cluster-file-unknown-key", "parse_error",
+       "unknown key \"hbm\"; an entry may set count, peak, eff_max, mem_bytes and usable",
+       [] {
+         return lib([] {
+           std::stringstream in(R"({"format": "dcp.cluster/v1", "nodes": [{"device": "h100", "hbm": 1}]})");
+           (void)dcp::read_cluster_json(in);
+         });
+       }},
+      {"uniform-without-cluster", "invalid_argument",
+       "method 'dcp-uniform' plans as if every node were the cluster's weakest; it needs a cluster",
+       [] {
+         return lib([] {
+           const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+           const std::vector<dcp::sequence> data{dcp::make_sequence(1, 1000)};
+           const std::vector<std::vector<dcp::sequence>> batches{data};
+           (void)dcp::sim::run_method("dcp-uniform", c, data, batches, {});
+         });
+       }},
       {"unknown-workload", "invalid_argument", "unknown workload 'nope'; use one of",
        [] { return lib([] { (void)dcp::workloads::make("nope"); }); }},
       {"unknown-method", "invalid_argument", "unknown method 'nope'; use one of",
@@ -628,7 +656,7 @@ const std::vector<entry>& catalogue() {
       {"cli-unknown-method", "exit 1", "dcp-sim: error: unknown method 'nope'", [] { return cli("--methods dcp,nope"); }},
       {"cli-unknown-workload", "exit 1", "dcp-sim: error: unknown workload 'nope'", [] { return cli("--workload nope"); }},
       {"cli-unknown-model", "exit 1", "dcp-sim: error: unknown model preset 'gpt5'", [] { return cli("--model gpt5"); }},
-      {"cli-unknown-device", "exit 1", "dcp-sim: error: unknown device preset 'a100'", [] { return cli("--device a100"); }},
+      {"cli-unknown-device", "exit 1", "dcp-sim: error: unknown device preset 'v100'", [] { return cli("--device v100"); }},
       {"cli-unknown-option", "exit 109", "The following argument was not expected: --frobnicate",
        [] { return cli("--frobnicate"); }},
       {"cli-option-not-a-number", "exit 104", "Could not convert: --gpus = twelve",
@@ -649,6 +677,9 @@ const std::vector<entry>& catalogue() {
       {"cli-oracle-without-truth", "exit 1",
        "dcp-sim: error: method 'oracle' plans on a truth clock; give --truth SPEC or --truth-profile FILE",
        [] { return cli("--methods dcp,oracle"); }},
+      {"cli-cluster-gpus-disagree", "exit 1",
+       "dcp-sim: error: --gpus 16 but --cluster 'h100x2,h200x2' has 4 nodes of 8 GPUs (32)",
+       [] { return cli("--cluster h100x2,h200x2 --gpus 16"); }},
   };
   return table;
 }

@@ -99,7 +99,21 @@ struct analytic_cost {
   /// when rings are enabled, else 1 (so a Ulysses-only model prices every sp as section 4 does).
   /// `time(l, sp, k, r)` prices any ring of `legal_ring`.
   int step_ring(int sp) const noexcept { return parallel.ring > 1 ? ring_of(*this, sp) : 1; }
-  double capacity() const noexcept { return device.capacity(); }
+  /// C: the device's, or on a cluster of named nodes (`parallel_layout::nodes`) the smallest
+  /// node's, the one capacity a planner that does not know the cluster may assume.
+  double capacity() const noexcept { return parallel.smallest_capacity(device.capacity()); }
+  /// The capacity of a block of units: its smallest member's (`mixed_cluster_cost_model`).
+  double capacity_of(rank_block units) const noexcept { return parallel.capacity_of(units, device.capacity()); }
+  /// This model on the same layout with every node device `d`: the cost model a step sees on
+  /// blocks of `d`'s capacity (the speed it leaves to the planner, which divides times by it).
+  analytic_cost as_uniform(const unit_device& d) const {
+    analytic_cost out = *this;
+    if (!out.parallel.nodes.empty())
+      out.parallel.nodes.assign(out.parallel.nodes.size(), d);
+    else
+      out.parallel.nodes.assign(static_cast<std::size_t>(out.parallel.node_count()), d);
+    return out;
+  }
 
   std::int64_t tokens_of(const sequence& s) const noexcept { return model.tokens_of(s.frames, s.spatial); }
 
@@ -368,6 +382,7 @@ inline analytic_cost make_analytic_cost(transformer_spec model, device_spec devi
 }
 
 static_assert(cost_model<analytic_cost>);
+static_assert(mixed_cluster_cost_model<analytic_cost>);
 static_assert(ring_cost_model<analytic_cost>);
 static_assert(token_memory_cost_model<analytic_cost>);
 static_assert(step_floor_cost_model<analytic_cost>);

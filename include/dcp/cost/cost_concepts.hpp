@@ -47,6 +47,7 @@
 ///     three-argument forms at r = `step_ring_of(c, sp)`), so the lower bounds may take either.
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
+#include <algorithm>
 #include <bit>
 #include <concepts>
 #include <cstdint>
@@ -134,6 +135,55 @@ concept work_floors_cost_model =
       { c.floors().both(l, sp, k, r).work } -> std::convertible_to<double>;
       { c.floors().both(l, sp, k, r).packed } -> std::convertible_to<double>;
     };
+
+/// A cost model of a cluster whose nodes differ (DESIGN section 2.1): `c.capacity_of(units)`, the
+/// capacity of a block of units (its smallest member's; `capacity()` is the job's smallest), and
+/// `c.as_uniform(d)`, the same model with every node device `d`, of the same type: what a step
+/// sees on blocks of `d`'s capacity. Law: `as_uniform(d).capacity() == capacity_of(b)` for every
+/// block b whose smallest node is d, and memory and time do not depend on the nodes.
+template <class C>
+concept mixed_cluster_cost_model = cost_model<C> && requires(const C& c, rank_block b, const unit_device& d) {
+  { c.capacity_of(b) } -> std::convertible_to<double>;
+  { c.as_uniform(d) } -> std::same_as<C>;
+};
+
+/// The capacity of a block of units: `c.capacity_of(units)` on a mixed cluster model, else
+/// `c.capacity()`.
+template <cost_model C>
+double capacity_on(const C& c, rank_block units) {
+  if constexpr (mixed_cluster_cost_model<C>)
+    return c.capacity_of(units);
+  else
+    return c.capacity();
+}
+
+/// True when the blocks of `c` differ in capacity: a mixed cluster model whose named nodes
+/// (`parallel_layout::nodes`) do not all have one capacity.
+template <cost_model C>
+bool capacities_differ(const C& c) {
+  if constexpr (mixed_cluster_cost_model<C>) {
+    const auto& nodes = c.layout().nodes;
+    return std::any_of(nodes.begin(), nodes.end(),
+                       [&](const unit_device& d) { return d.capacity != nodes.front().capacity; });
+  } else {
+    return false;
+  }
+}
+
+/// `c` where every block has the largest capacity of the job (itself where capacities do not
+/// differ): what the lower bounds price on, since a step may run on the largest block.
+template <cost_model C>
+C at_largest_capacity(const C& c) {
+  if constexpr (mixed_cluster_cost_model<C>) {
+    if (capacities_differ(c)) {
+      const auto& nodes = c.layout().nodes;
+      return c.as_uniform(*std::max_element(nodes.begin(), nodes.end(), [](const unit_device& a, const unit_device& b) {
+        return a.capacity < b.capacity;
+      }));
+    }
+  }
+  return c;
+}
 
 /// A cost model that prices Ulysses x Ring steps (DESIGN section 4.3): `c.max_ring()`, the
 /// largest ring r a step may use (1 = Ulysses only). Law: with max_ring() == 1 it prices

@@ -122,6 +122,19 @@ struct cost_sum {
   int gpus_per_node() const noexcept { return trained.gpus_per_node(); }
   int heads() const noexcept { return trained.heads(); }
   double capacity() const noexcept { return trained.capacity(); }
+  // clang-format off (clang-format 14 runs a requires-clause into the declaration)
+  /// On a mixed cluster: the trained model's block capacity, and the sum with it uniform.
+  double capacity_of(rank_block units) const
+    requires mixed_cluster_cost_model<Trained>
+  {
+    return trained.capacity_of(units);
+  }
+  cost_sum as_uniform(const unit_device& d) const
+    requires mixed_cluster_cost_model<Trained>
+  {
+    return {trained.as_uniform(d), forward};
+  }
+  // clang-format on
   std::int64_t tokens_of(const sequence& s) const noexcept { return trained.tokens_of(s); }
   load_type load_of(const sequence& s) const noexcept {
     return {trained.load_of(s), 1.0, static_cast<double>(s.shape_tokens())};
@@ -178,6 +191,7 @@ cost_sum<Trained> make_cost_sum(Trained trained, std::vector<forward_network> fo
 }
 
 static_assert(cost_model<cost_sum<analytic_cost>>);
+static_assert(mixed_cluster_cost_model<cost_sum<analytic_cost>>);
 static_assert(step_floor_cost_model<cost_sum<analytic_cost>>);
 
 }  // namespace dcp

@@ -1,14 +1,19 @@
 #pragma once
 /// \file
-/// `device_spec`: the constants of the analytic cost model (DESIGN section 4), with the H200
-/// and H100 presets.
+/// `device_spec`: the constants of the analytic cost model (DESIGN section 4), with the H200,
+/// H100 and A100 presets, and `unit_device_of`: a device as a node of a mixed cluster.
 
+#include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <dcp/error.hpp>
+#include <dcp/layout.hpp>
 
 namespace dcp {
 
@@ -76,11 +81,75 @@ inline device_spec h100() {
   d.mem_bytes = 80e9;
   return d;
 }
-/// The preset called `name` (h200, h100); throws a `dcp::error` otherwise.
+/// A100 SXM4 80 GB + NVLink 3 + 200G HDR IB (DESIGN section 2.1): 312 TFLOP/s bf16 dense; the
+/// H200 preset's link bandwidths scaled by the links' published rates (NVLink 600 of 900 GB/s,
+/// HDR 200 of NDR 400 Gb/s per GPU); efficiency, latencies and activation bytes as the H200's.
+inline device_spec a100() {
+  auto d = h200();
+  d.name = "a100";
+  d.peak = 312e12;
+  d.bw_intra = 200e9;
+  d.bw_inter = 20e9;
+  d.mem_bytes = 80e9;
+  return d;
+}
+/// The preset called `name` (h200, h100, a100); throws a `dcp::error` otherwise.
 inline device_spec preset(std::string_view name) {
   if (name == "h200") return h200();
   if (name == "h100") return h100();
-  throw error(errc::invalid_argument, "unknown device preset '" + std::string(name) + "'; use h200 or h100");
+  if (name == "a100") return a100();
+  throw error(errc::invalid_argument, "unknown device preset '" + std::string(name) + "'; use h200, h100 or a100");
+}
+}  // namespace devices
+
+/// Device `d` as a node of a cluster priced on `reference` (the cost model's device): its speed
+/// is its best tensor throughput relative to the reference's, peak * eff_max over the same of
+/// the reference (a step's whole time scales by it, DESIGN section 2.1), and its capacity is
+/// `d.capacity()`. Throws a `dcp::error` unless both are valid and have the same G.
+inline unit_device unit_device_of(const device_spec& d, const device_spec& reference) {
+  validate(d);
+  validate(reference);
+  check(d.gpus_per_node == reference.gpus_per_node, errc::invalid_argument, [&] {
+    return "device '" + d.name + "' has gpus_per_node = " + std::to_string(d.gpus_per_node) + " but '" +
+           reference.name + "' has " + std::to_string(reference.gpus_per_node) + "; a cluster's nodes have one G";
+  });
+  return {d.name, d.peak * d.eff_max / (reference.peak * reference.eff_max), d.capacity()};
+}
+
+/// The node devices of a layout (`parallel_layout::nodes`) whose nodes are `per_node`, in rank
+/// order, priced on `reference`.
+inline std::vector<unit_device> node_devices(std::span<const device_spec> per_node, const device_spec& reference) {
+  std::vector<unit_device> out;
+  out.reserve(per_node.size());
+  for (const auto& d : per_node) out.push_back(unit_device_of(d, reference));
+  return out;
+}
+
+namespace devices {
+/// The nodes of a cluster named as presets with node counts in rank order, comma-separated:
+/// "h100x2,h200x2" is two H100 nodes then two H200 nodes ("a100" alone is one node). Throws a
+/// `dcp::error` naming the entry unless each is a preset with a positive count.
+inline std::vector<device_spec> cluster(std::string_view spec) {
+  std::vector<device_spec> out;
+  std::size_t from = 0;
+  while (from <= spec.size()) {
+    const std::size_t comma = std::min(spec.find(',', from), spec.size());
+    const std::string entry(spec.substr(from, comma - from));
+    from = comma + 1;
+    const std::size_t x = entry.rfind('x');
+    std::string name = entry;
+    long count = 1;
+    if (x != std::string::npos && x + 1 < entry.size() &&
+        entry.find_first_not_of("0123456789", x + 1) == std::string::npos) {
+      name = entry.substr(0, x);
+      count = entry.size() - x - 1 > 6 ? 0 : std::stol(entry.substr(x + 1));
+    }
+    check(!name.empty() && count > 0, errc::invalid_argument,
+          [&] { return "cluster entry '" + entry + "' must be PRESETxNODES with NODES >= 1 (e.g. h100x2,h200x2)"; });
+    const device_spec d = preset(name);
+    out.insert(out.end(), static_cast<std::size_t>(count), d);
+  }
+  return out;
 }
 }  // namespace devices
 

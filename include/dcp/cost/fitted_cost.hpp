@@ -153,6 +153,13 @@ struct fitted_cost {
   int gpus_per_node() const noexcept { return shape.gpus_per_node(); }
   int heads() const noexcept { return shape.heads(); }
   double capacity() const noexcept { return shape.capacity() / (1 + memory_margin); }
+  /// A block's planning capacity on a mixed cluster: its smallest node's, with the margin.
+  double capacity_of(rank_block units) const noexcept { return shape.capacity_of(units) / (1 + memory_margin); }
+  fitted_cost as_uniform(const unit_device& d) const {
+    fitted_cost out = *this;
+    out.shape = shape.as_uniform(d);
+    return out;
+  }
   std::int64_t tokens_of(const sequence& s) const noexcept { return shape.tokens_of(s); }
   load_type load_of(const sequence& s) const noexcept { return shape.load_of(s); }
 
@@ -222,6 +229,7 @@ struct fitted_cost {
 };
 
 static_assert(cost_model<fitted_cost>);
+static_assert(mixed_cluster_cost_model<fitted_cost>);
 
 /// The analytic model as a `fitted_cost` (the prior of a first fit), validated.
 inline fitted_cost make_fitted_cost(const analytic_cost& analytic, double memory_margin = 0) {

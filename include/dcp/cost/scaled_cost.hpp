@@ -96,6 +96,8 @@ class scaled_analytic_cost {
   /// The base model's largest Ulysses x Ring ring (DESIGN section 4.3).
   int max_ring() const noexcept { return base_.max_ring(); }
   double capacity() const noexcept { return base_.capacity(); }
+  double capacity_of(rank_block units) const noexcept { return base_.capacity_of(units); }
+  scaled_analytic_cost as_uniform(const unit_device& d) const { return {base_.as_uniform(d), scales_}; }
   std::int64_t tokens_of(const sequence& s) const noexcept { return base_.tokens_of(s); }
   load_type load_of(const sequence& s) const noexcept { return base_.load_of(s); }
   double static_memory() const noexcept { return base_.static_memory(); }
@@ -143,6 +145,7 @@ class scaled_analytic_cost {
 };
 
 static_assert(cost_model<scaled_analytic_cost>);
+static_assert(mixed_cluster_cost_model<scaled_analytic_cost>);
 static_assert(step_floor_cost_model<scaled_analytic_cost>);
 
 }  // namespace dcp

@@ -127,7 +127,9 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
                    m = cost.memory(load, sp, st.checkpointed_blocks);
       if (!close(t, st.time_s)) fail(where + ": time " + std::to_string(st.time_s) + " s, cost model says " + std::to_string(t));
       if (!close(m, st.memory_bytes)) fail(where + ": memory " + std::to_string(st.memory_bytes) + " B, cost model says " + std::to_string(m));
-      if (m > cost.capacity()) fail(where + ": memory " + std::to_string(m) + " B over capacity " + std::to_string(cost.capacity()));
+      // Each GPU against its own capacity: on a mixed cluster, the block's smallest member's.
+      if (const double c = capacity_on(cost, st.ranks); m > c)
+        fail(where + ": memory " + std::to_string(m) + " B over capacity " + std::to_string(c));
     }
     if (st.start_s < 0) fail(where + ": negative start");
     if (st.round < 0) fail(where + ": negative round " + std::to_string(st.round));
@@ -137,6 +139,9 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   // Rounds are barriers: a step starts after every step of every earlier round has ended.
   if (p.speeds.size() != 0 && p.speeds.size() != static_cast<std::size_t>(n))
     fail(std::to_string(p.speeds.size()) + " speed factors for " + std::to_string(n) + " GPUs");
+  // On nodes of different speeds a plan times its steps at them (its straggler factors aside).
+  if (const auto nodes = cost.layout().unit_speeds(); !nodes.empty() && p.speeds.size() != nodes.size())
+    fail("the plan has no speed factors for a cluster whose nodes run at different speeds");
   std::map<int, double> round_end;  // round -> latest end of its steps
   for (const auto& st : p.steps) round_end[st.round] = std::max(round_end[st.round], st.end_s());
   for (std::size_t i = 0; i < p.steps.size(); ++i) {

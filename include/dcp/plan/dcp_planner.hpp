@@ -29,9 +29,13 @@
 /// 8. loss weights: token mean or sample mean, so summed gradients are the full-batch gradient.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
-/// With per-GPU `speeds` (straggler-aware planning) a step lasts its cost model time over its
-/// slowest member's speed; gang steps go to the block where they end earliest and slow GPUs
-/// get fewer sp = 1 sequences.
+/// With per-GPU `speeds` (straggler-aware planning), or on a cluster whose nodes run at different
+/// speeds, a step lasts its cost model time over its slowest member's speed; gang steps go to the
+/// block where they end earliest and slow GPUs get fewer sp = 1 sequences. On a cluster whose
+/// nodes differ in memory every step fits its own block's capacity (DESIGN section 3.6): options
+/// are priced on the largest block of their size, a gang step is re-priced on each block it may
+/// take (more recompute, or none where it does not fit), and sp = 1 sequences go only to GPUs
+/// that hold them.
 
 #include <algorithm>
 #include <bit>
@@ -109,13 +113,35 @@ class dcp_planning {
   using load_t = typename C::load_type;
 
  public:
+  /// `stragglers`: per-unit speed factors beyond the nodes' device speeds (empty = all 1).
   dcp_planning(const planning_context<C, Recompute, G>& ctx, bool inter, bool intra, std::size_t moves,
-               std::span<const double> speeds = {})
-      : ctx_(ctx), cost_(ctx.cost), recompute_(ctx.recompute), groups_(ctx.groups), inter_(inter), intra_(intra), moves_(moves),
-        speeds_(speeds) {
-    validate_speeds(speeds, cost_.gpus());
+               std::span<const double> stragglers = {})
+      : ctx_(ctx),
+        cost_(ctx.cost),
+        recompute_(ctx.recompute),
+        groups_(ctx.groups),
+        inter_(inter),
+        intra_(intra),
+        moves_(moves),
+        stragglers_(stragglers),
+        speeds_(job_speeds(cost_.layout(), stragglers)) {
     if constexpr (step_floor_cost_model<C>) step_floor_ = cost_.step_floor();
     dissolving_ = step_floor_ > 0 && inter_;
+    // Capacity classes, smallest first: one per distinct node capacity on a mixed cluster (each
+    // the cost model with every node that device), else the cost model itself.
+    if constexpr (mixed_cluster_cost_model<C>) {
+      if (capacities_differ(cost_)) {
+        std::vector<unit_device> devices = cost_.layout().nodes;
+        std::stable_sort(devices.begin(), devices.end(),
+                         [](const unit_device& a, const unit_device& b) { return a.capacity < b.capacity; });
+        for (const auto& d : devices)
+          if (class_raw_.empty() || d.capacity != class_raw_.back()) {
+            class_raw_.push_back(d.capacity);
+            class_costs_.push_back(cost_.as_uniform(d));
+          }
+      }
+    }
+    uniform_ = speeds_.empty() && classes() == 1;
   }
 
   plan run(std::span<const sequence> batch, loss_normalization norm, infeasible_policy policy,
@@ -123,7 +149,15 @@ class dcp_planning {
     std::vector<skipped_sequence> skipped;
     sps_ = ctx_.sp_sizes();  // legal and offered by the group manager
     const int widest = sps_.empty() ? 0 : sps_.back();
-    std::vector<sequence> seqs = feasible_sequences(cost_, batch, policy, skipped, std::span<const int>(sps_));
+    top_.clear();  // per size: the largest capacity class of a block of it
+    for (int sp : sps_) {
+      std::size_t top = 0;
+      for (int i = 0, n = groups_.block_count(sp); i < n; ++i) top = std::max(top, class_of(groups_.block(sp, i)));
+      top_.push_back(top);
+    }
+    // Feasible where the largest block of some size holds it.
+    std::vector<sequence> seqs =
+        feasible_sequences(class_cost(classes() - 1), batch, policy, skipped, std::span<const int>(sps_));
     // Canonical order: plans must not depend on the order ranks received the batch in.
     const auto by_id = [](const sequence& a, const sequence& b) { return a.id < b.id; };
     if (!std::is_sorted(seqs.begin(), seqs.end(), by_id)) std::sort(seqs.begin(), seqs.end(), by_id);
@@ -163,10 +197,10 @@ class dcp_planning {
       }
       if (it.options.empty()) {  // fits only with blocks the recompute policy will not checkpoint
         if (policy == infeasible_policy::skip) {
-          skipped.push_back({s.id, it.tokens, infeasible_error(cost_, s, widest).what()});
+          skipped.push_back({s.id, it.tokens, infeasible_error(class_cost(classes() - 1), s, widest).what()});
           continue;
         }
-        throw infeasible_error(cost_, s, widest);
+        throw infeasible_error(class_cost(classes() - 1), s, widest);
       }
       if (item_of[same_as[i]] == seqs.size()) item_of[same_as[i]] = items_.size();
       twin_.push_back(item_of[same_as[i]]);
@@ -175,10 +209,12 @@ class dcp_planning {
     planned_.clear();
     for (const auto& it : items_) planned_.push_back(it.seq);
     k_pref_.clear();
-    for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp).value_or(cost_.blocks()));
+    for (std::size_t c = 0; c < classes(); ++c)
+      for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp, c).value_or(cost_.blocks()));
     token_room_.clear();
     if constexpr (memory_by_tokens)
-      for (std::size_t l = 0; l < sps_.size(); ++l) token_room_.push_back(token_room(l));
+      for (std::size_t c = 0; c < classes(); ++c)
+        for (std::size_t l = 0; l < sps_.size(); ++l) token_room_.push_back(token_room(l, c));
     // Once: every candidate plan shares them. Under selective recompute the bounds' options are
     // the items' own.
     bounds_ = bounds_on(groups_);
@@ -271,7 +307,13 @@ class dcp_planning {
     int sp = 1;
     int k = 0;
     double time = 0;
-    int ring = 1;  // the fastest legal ring for its load
+    int ring = 1;         // the fastest legal ring for its load
+    std::size_t cls = 0;  // the capacity class it is priced in
+  };
+  /// A step's recompute, ring and time on blocks of one capacity class.
+  struct pricing {
+    int k = 0, ring = 1;
+    double time = 0;
   };
 
   // A step's memory grows with its load's token count alone (`token_memory_cost_model`, e.g. the
@@ -279,13 +321,23 @@ class dcp_planning {
   // step with at least as many tokens as one that cannot take a sequence.
   static constexpr bool memory_by_tokens = token_memory_cost_model<C>;
 
+  std::size_t classes() const noexcept { return class_costs_.empty() ? 1 : class_costs_.size(); }
+  const C& class_cost(std::size_t c) const { return class_costs_.empty() ? cost_ : class_costs_[c]; }
+  /// The capacity class of a block: that of its smallest member (0 without classes).
+  std::size_t class_of(rank_block b) const {
+    if (class_raw_.empty()) return 0;
+    const double raw = cost_.layout().capacity_of(b, 0);
+    return static_cast<std::size_t>(std::lower_bound(class_raw_.begin(), class_raw_.end(), raw) - class_raw_.begin());
+  }
+  int k_pref(std::size_t c, std::size_t l) const { return k_pref_[c * sps_.size() + l]; }
+
   /// With `memory_by_tokens`: the most tokens (a double) with which a step on sps_[l] fits at its
-  /// preferred recompute level (-inf when none does). Memory grows with the tokens, so for every
-  /// load `l.tokens <= room` is exactly `memory(l, sp, k) <= capacity`.
-  double token_room(std::size_t l) const {
+  /// preferred recompute level in class c (-inf when none does). Memory grows with the tokens, so
+  /// for every load `l.tokens <= room` is exactly `memory(l, sp, k) <= capacity`.
+  double token_room(std::size_t l, std::size_t c) const {
     const auto memory = cost_.memory_at(sps_[l]);
-    const int k = k_pref_[l];
-    const double capacity = cost_.capacity();
+    const int k = k_pref(c, l);
+    const double capacity = class_cost(c).capacity();
     auto fits = [&](std::uint64_t bits) {
       load_t x{};
       x.tokens = std::bit_cast<double>(bits);
@@ -301,9 +353,24 @@ class dcp_planning {
     return std::bit_cast<double>(lo);
   }
 
-  std::optional<int> choose(const load_t& l, int sp) const {
-    if (intra_) return recompute_.choose(cost_, l, sp);
-    return full_recompute{}.choose(cost_, l, sp);
+  /// The recompute of a step of `l` on sp units of capacity class c (none where it does not fit).
+  std::optional<int> choose(const load_t& l, int sp, std::size_t c) const {
+    if (intra_) return recompute_.choose(class_cost(c), l, sp);
+    return full_recompute{}.choose(class_cost(c), l, sp);
+  }
+  /// `g` priced on blocks of class c: its own pricing in its own class, else re-chosen there.
+  std::optional<pricing> priced_in(const step_group& g, std::size_t c) const {
+    if (c == g.cls) return pricing{g.k, g.ring, g.time};
+    const auto k = choose(g.load, g.sp, c);
+    if (!k) return std::nullopt;
+    const ring_choice r = fastest_ring(cost_, g.load, g.sp, *k);
+    return pricing{*k, r.ring, r.time_s};
+  }
+  /// The smallest capacity class whose blocks of `sp` units hold `it` alone.
+  std::size_t least_class(const item& it, int sp) const {
+    std::size_t c = 0;
+    while (c + 1 < classes() && !choose(it.load, sp, c)) ++c;
+    return c;
   }
   std::size_t sp_index(int sp) const {
     return static_cast<std::size_t>(std::find(sps_.begin(), sps_.end(), sp) - sps_.begin());
@@ -312,20 +379,21 @@ class dcp_planning {
   /// as a callable for one sp: the load's tokens against the sp's `token_room_` where
   /// memory grows with them alone, else the memory with the cost model's per-(sp, k) terms
   /// computed once where it offers that (`memory_at`): the same answer either way.
-  auto fits_preferred_on(int sp) const {
-    const int k = k_pref_[sp_index(sp)];
-    const double capacity = cost_.capacity();
+  auto fits_preferred_on(int sp, std::size_t c) const {
+    const int k = k_pref(c, sp_index(sp));
+    const double capacity = class_cost(c).capacity();
     if constexpr (memory_by_tokens)
-      return [room = token_room_[sp_index(sp)]](const load_t& l) { return l.tokens <= room; };
+      return [room = token_room_[c * sps_.size() + sp_index(sp)]](const load_t& l) { return l.tokens <= room; };
     else if constexpr (requires { cost_.memory_at(sp)(std::declval<const load_t&>(), k); })
       return [memory = cost_.memory_at(sp), k, capacity](const load_t& l) { return memory(l, k) <= capacity; };
     else
       return [this, sp, k, capacity](const load_t& l) { return cost_.memory(l, sp, k) <= capacity; };
   }
+  /// Options on the largest block of each size (the class a block of it has at most).
   std::vector<sequence_option> options(const load_t& l) const {
     std::vector<sequence_option> out;
-    for (int sp : sps_)
-      if (auto k = choose(l, sp)) {
+    for (std::size_t i = 0; i < sps_.size(); ++i)
+      if (const int sp = sps_[i]; auto k = choose(l, sp, top_[i])) {
         const ring_choice r = fastest_ring(cost_, l, sp, *k);
         out.push_back({sp, *k, r.time_s, cost_.memory(l, sp, *k), r.ring});
       }
@@ -349,7 +417,8 @@ class dcp_planning {
     // Largest step of each level that needs no recomputation: the reference for packed estimates.
     level_cap_.clear();
     for (std::size_t l = 0; l < sps_.size(); ++l)
-      level_cap_.push_back(std::max<std::int64_t>(1, step_token_capacity(cost_, sps_[l], k_pref_[l])));
+      level_cap_.push_back(
+          std::max<std::int64_t>(1, step_token_capacity(class_cost(top_[l]), sps_[l], k_pref(top_[l], l))));
     fluid_ = 0;
     double total = 0;
     for (std::size_t i = 0; i < items_.size(); ++i) {
@@ -426,15 +495,15 @@ class dcp_planning {
   }
 
   void price(step_group& g) const {
-    g.k = choose(g.load, g.sp).value_or(cost_.blocks());
+    g.k = choose(g.load, g.sp, g.cls).value_or(cost_.blocks());
     const ring_choice r = fastest_ring(cost_, g.load, g.sp, g.k);
     g.time = r.time_s, g.ring = r.ring;
   }
 
-  /// First-fit decreasing (by tokens) of `members` into steps of `sp` GPUs that fit the
-  /// preferred recompute level; a sequence too long for that runs alone at its own level.
-  /// Gang steps (`capped`) also stay within the cap.
-  std::vector<step_group> pack(std::vector<std::size_t> members, int sp, bool capped) const {
+  /// First-fit decreasing (by tokens) of `members` into steps of `sp` GPUs of capacity class c
+  /// that fit the preferred recompute level; a sequence too long for that runs alone at its own
+  /// level (every member must fit class c alone). Gang steps (`capped`) also stay within the cap.
+  std::vector<step_group> pack(std::vector<std::size_t> members, int sp, bool capped, std::size_t c) const {
     {  // tokens descending, id ascending (a total order), sorted by value
       struct member_key {
         std::int64_t tokens, id;
@@ -449,8 +518,8 @@ class dcp_planning {
       for (std::size_t j = 0; j < keys.size(); ++j) members[j] = keys[j].index;
     }
     std::vector<step_group> steps;
-    const auto fits = fits_preferred_on(sp);
-    const int k = k_pref_[sp_index(sp)];
+    const auto fits = fits_preferred_on(sp, c);
+    const int k = k_pref(c, sp_index(sp));
     // Gang steps also stay within the cap: a merged step must not set the makespan.
     auto within_cap = [&](const step_group& g, const item& it) {
       return !capped || ends_within_cap(g.load + it.load, sp, k);
@@ -464,7 +533,7 @@ class dcp_planning {
     constexpr std::size_t direct = 16;
     std::optional<least_tokens_tree> open;
     double room = 0;
-    if constexpr (memory_by_tokens) room = token_room_[sp_index(sp)];
+    if constexpr (memory_by_tokens) room = token_room_[c * sps_.size() + sp_index(sp)];
     for (std::size_t m : members) {
       const item& it = items_[m];
       auto takes = [&](std::size_t j) { return fits(steps[j].load + it.load) && within_cap(steps[j], it); };
@@ -482,7 +551,7 @@ class dcp_planning {
       if (j < steps.size()) {
         join(steps[j], m);
       } else {
-        steps.push_back({{m}, it.load, sp, 0, 0});
+        steps.push_back({{m}, it.load, sp, 0, 0, 1, c});
       }
       if constexpr (memory_by_tokens) {
         if (open) {
@@ -494,7 +563,7 @@ class dcp_planning {
       }
     }
     for (auto& g : steps) price(g);
-    if (dissolving_) dissolve_short(steps, sp, capped);
+    if (dissolving_) dissolve_short(steps, sp, capped, c);
     return steps;
   }
 
@@ -506,7 +575,7 @@ class dcp_planning {
   /// less than it lasts, it is dissolved into them. Every accepted move lowers the steps' total
   /// time, which is what a block accumulating its own steps (DCP-inter) finishes on; synchronised
   /// rounds and plans without a floor are untouched.
-  void dissolve_short(std::vector<step_group>& steps, int sp, bool capped) const {
+  void dissolve_short(std::vector<step_group>& steps, int sp, bool capped, std::size_t c) const {
     std::vector<std::size_t> near;  // the steps tried as targets
     std::vector<step_group> grown;  // what the trial makes of them: load, time, k, ring, joined members
     while (steps.size() > 1) {
@@ -537,7 +606,7 @@ class dcp_planning {
         ring_choice to_r;
         for (std::size_t t = 0; t < n && least > 0; ++t) {  // nothing grows less than not at all
           const load_t l = grown[t].load + items_[m].load;
-          const auto k = choose(l, sp);
+          const auto k = choose(l, sp, c);
           if (!k) continue;
           const ring_choice r = fastest_ring(cost_, l, sp, *k);
           if (capped && r.time_s > cap_) continue;
@@ -573,33 +642,37 @@ class dcp_planning {
   /// qualifies, to the block free earliest.
   plan build(const std::string& method, loss_normalization norm, double target) {
     const G& groups = groups_;
-    plan_builder<C> b(cost_, method, speeds_);
+    plan_builder<C> b(cost_, method, stragglers_);
     std::vector<std::vector<std::size_t>> by_sp(sps_.size());
     for (std::size_t i = 0; i < items_.size(); ++i) by_sp[sp_index(sp_of(items_[i]))].push_back(i);
 
-    std::vector<step_group> gang;  // sp > 1, widest first then longest first
+    // Gang: every size but the fluid level's, widest first then longest first. Sizes below the
+    // level hold only sequences with no option on it (where a wider block has less memory than
+    // a narrower one, on a mixed cluster); they are placed as gang steps too, never dropped.
+    std::vector<step_group> gang;
     const std::size_t level = inter_ ? fluid_ : 0;
-    for (std::size_t c = sps_.size(); c-- > level + 1;) {
-      auto steps = pack(by_sp[c], sps_[c], true);
+    for (std::size_t c = sps_.size(); c-- > 0;) {
+      if (c == level) continue;
+      auto steps = pack(by_sp[c], sps_[c], true, top_[c]);
       std::stable_sort(steps.begin(), steps.end(), [](const step_group& x, const step_group& y) { return x.time > y.time; });
       gang.insert(gang.end(), std::make_move_iterator(steps.begin()), std::make_move_iterator(steps.end()));
     }
     std::vector<std::size_t> fluid = sps_.empty() ? std::vector<std::size_t>{} : by_sp[level];
 
     if (!inter_) {  // synchronised rounds: one step per group per round
-      auto singles = pack(fluid, 1, false);
+      auto singles = pack(fluid, 1, false, top_.empty() ? 0 : top_[0]);
       std::stable_sort(singles.begin(), singles.end(), [](const step_group& x, const step_group& y) { return x.time > y.time; });
       gang.insert(gang.end(), std::make_move_iterator(singles.begin()), std::make_move_iterator(singles.end()));
       place_in_rounds(b, groups, gang);
       return std::move(b).finish(bounds_, norm);
     }
 
-    // Without speeds a block's start is its ready time: keep the blocks of the current width
-    // ordered by it (widest first, so a width's blocks are set up once).
+    // Without speeds or capacity classes a block's start is its ready time: keep the blocks of
+    // the current width ordered by it (widest first, so a width's blocks are set up once).
     std::set<std::pair<double, int>> by_ready;
     int width = 0;
     for (const auto& g : gang) {  // widest first keeps each block's members in step
-      if (speeds_.empty()) {
+      if (uniform_) {
         if (g.sp != width) {
           width = g.sp;
           by_ready.clear();
@@ -615,19 +688,31 @@ class dcp_planning {
         by_ready.insert({b.place(b.make_step(sequences_of(g), groups.block(width, i), g.k, g.ring)), i});
         continue;
       }
+      // Each block prices the step in its capacity class (once per class); a block that cannot
+      // hold it is passed over. The top class of its size always can.
+      std::vector<std::optional<pricing>> in_class(classes());
+      std::vector<char> priced(classes(), 0);
       const int n_blocks = groups.block_count(g.sp);
-      rank_block best = groups.block(g.sp, 0), fit{0, 0};
-      double best_ready = b.ready(best) + (speeds_.empty() ? 0.0 : g.time / b.speed_of(best)), fit_ready = -1;
+      rank_block best{0, 0}, fit{0, 0};
+      pricing best_p, fit_p;
+      double best_ready = std::numeric_limits<double>::infinity(), fit_ready = -1;
       for (int i = 0; i < n_blocks; ++i) {
         const rank_block blk = groups.block(g.sp, i);
+        const std::size_t c = class_of(blk);
+        if (!priced[c]) in_class[c] = priced_in(g, c), priced[c] = 1;
+        if (!in_class[c]) continue;
         const double ready = b.ready(blk);
-        const double length = speeds_.empty() ? g.time : g.time / b.speed_of(blk);
-        if (target > 0 && ready + length <= target && ready > fit_ready) fit = blk, fit_ready = ready;
+        const double length = speeds_.empty() ? in_class[c]->time : in_class[c]->time / b.speed_of(blk);
+        if (target > 0 && ready + length <= target && ready > fit_ready)
+          fit = blk, fit_ready = ready, fit_p = *in_class[c];
         // With speeds, the block where the step ends earliest (a slow block may start sooner).
         const double r = ready + (speeds_.empty() ? 0.0 : length);
-        if (r < best_ready) best = blk, best_ready = r;
+        if (r < best_ready) best = blk, best_ready = r, best_p = *in_class[c];
       }
-      b.place(b.make_step(sequences_of(g), fit_ready >= 0 ? fit : best, g.k, g.ring));
+      check(best.size > 0, errc::infeasible,
+            [&] { return "dcp planner: no block of " + std::to_string(g.sp) + " units holds a step it priced there"; });
+      const pricing& at = fit_ready >= 0 ? fit_p : best_p;
+      b.place(b.make_step(sequences_of(g), fit_ready >= 0 ? fit : best, at.k, at.ring));
     }
 
     // Fluid: longest first to the least loaded block of the fluid level (GPUs at sp = 1).
@@ -655,20 +740,35 @@ class dcp_planning {
       for (const fluid_key& key : keys) spare[at[(key.order >> shift) & 2047]++] = key;
       keys.swap(spare);
     }
+    // One queue of blocks per capacity class: a sequence goes to the least loaded block of the
+    // classes that hold it (`least_class`), so none lands where it does not fit.
     using slot = std::pair<double, int>;
-    std::priority_queue<slot, std::vector<slot>, std::greater<>> least;
-    for (int u = 0; u < n; ++u) least.push({b.ready(groups.block(sp, u)), u});
+    std::vector<std::priority_queue<slot, std::vector<slot>, std::greater<>>> least(classes());
+    block_class_.assign(static_cast<std::size_t>(n), 0);
+    for (int u = 0; u < n; ++u) {
+      block_class_[static_cast<std::size_t>(u)] = class_of(groups.block(sp, u));
+      least[block_class_[static_cast<std::size_t>(u)]].push({b.ready(groups.block(sp, u)), u});
+    }
+    fluid_class_.assign(items_.size(), 0);
+    if (classes() > 1)
+      for (const fluid_key& key : keys) fluid_class_[key.index] = least_class(items_[key.index], sp);
     for (const fluid_key& key : keys) {
-      auto [load, u] = least.top();
-      least.pop();
+      std::size_t c = classes();
+      for (std::size_t d = fluid_class_[key.index]; d < classes(); ++d)
+        if (!least[d].empty() && (c == classes() || least[d].top() < least[c].top())) c = d;
+      check(c < classes(), errc::infeasible,
+            [] { return std::string("dcp planner: no block holds a fluid sequence"); });
+      auto [load, u] = least[c].top();
+      least[c].pop();
       on[static_cast<std::size_t>(u)].push_back(key.index);
-      least.push({load + key.estimate() / sp / b.speed_of(groups.block(sp, u)), u});
+      least[c].push({load + key.estimate() / sp / b.speed_of(groups.block(sp, u)), u});
     }
     std::vector<std::vector<step_group>> steps(static_cast<std::size_t>(n));
     std::set<slot> finish;
     for (int u = 0; u < n; ++u) {
       const rank_block blk = groups.block(sp, u);
-      steps[static_cast<std::size_t>(u)] = pack(on[static_cast<std::size_t>(u)], sp, false);
+      steps[static_cast<std::size_t>(u)] =
+          pack(on[static_cast<std::size_t>(u)], sp, false, block_class_[static_cast<std::size_t>(u)]);
       finish.insert({b.ready(blk) + total_time(steps[static_cast<std::size_t>(u)]) / b.speed_of(blk), u});
     }
     rebalance(b, groups, sp, on, steps, finish);
@@ -702,13 +802,16 @@ class dcp_planning {
         });
         if (cand.size() > 6) cand.resize(6);
         auto& to = on[static_cast<std::size_t>(lo)];
+        const std::size_t c_hi = block_class_[static_cast<std::size_t>(hi)],
+                          c_lo = block_class_[static_cast<std::size_t>(lo)];
         for (std::size_t m : cand) {
           if (budget == 0) break;
+          if (fluid_class_[m] > c_lo) continue;  // the target block cannot hold it
           --budget;
           std::vector<std::size_t> from2 = from, to2 = to;
           from2.erase(std::find(from2.begin(), from2.end(), m));
           to2.push_back(m);
-          auto s_from = pack(from2, sp, false), s_to = pack(to2, sp, false);
+          auto s_from = pack(from2, sp, false, c_hi), s_to = pack(to2, sp, false, c_lo);
           const rank_block b_hi = groups.block(sp, hi), b_lo = groups.block(sp, lo);
           const double nf = b.ready(b_hi) + total_time(s_from) / b.speed_of(b_hi),
                        nt = b.ready(b_lo) + total_time(s_to) / b.speed_of(b_lo);
@@ -745,12 +848,17 @@ class dcp_planning {
         for (int i = 0; i < groups.block_count(g.sp) && !placed; ++i) {
           const rank_block blk = groups.block(g.sp, i);
           if (std::any_of(busy.begin() + blk.first, busy.begin() + blk.end(), [](char c) { return c != 0; })) continue;
+          const auto at = priced_in(g, class_of(blk));  // a block too small for it waits for another
+          if (!at) continue;
           std::fill(busy.begin() + blk.first, busy.begin() + blk.end(), 1);
-          round_end = std::max(round_end, b.place(b.make_step(sequences_of(g), blk, g.k, g.ring), round_start));
+          round_end = std::max(round_end, b.place(b.make_step(sequences_of(g), blk, at->k, at->ring), round_start));
           placed = true;
         }
         if (!placed) later.push_back(std::move(g));
       }
+      // Every block is free when a round starts, so a round that places nothing never will.
+      check(later.size() < pending.size(), errc::infeasible,
+            [] { return std::string("dcp planner: a step fits none of its size's blocks"); });
       pending = std::move(later);
       round_start = round_end;
     }
@@ -811,7 +919,16 @@ class dcp_planning {
   const G& groups_;  // every step goes on one of its blocks
   bool inter_, intra_;
   std::size_t moves_;
-  std::span<const double> speeds_;  // per GPU, empty = all 1
+  std::span<const double> stragglers_;  // per unit, beyond the nodes' speeds; empty = all 1
+  std::vector<double> speeds_;          // per unit: node speed times straggler (`job_speeds`); empty = all 1
+  bool uniform_ = true;                 // no speeds and one capacity class
+  // Capacity classes (smallest first) on a mixed cluster: the nodes' distinct capacities and the
+  // cost model with every node of each; none elsewhere (the one class is `cost_`).
+  std::vector<double> class_raw_;
+  std::vector<C> class_costs_;
+  std::vector<std::size_t> top_;          // per legal sp: the largest class of a block of it
+  std::vector<std::size_t> block_class_;  // per fluid block, in `build`
+  std::vector<std::size_t> fluid_class_;  // per item on the fluid level, in `build`: `least_class`
   double step_floor_ = 0;           // seconds every step lasts at least (`step_floor_cost_model`)
   bool dissolving_ = false;         // `pack` dissolves short steps (a floor, and DCP-inter)
   std::vector<item> items_;
@@ -820,8 +937,8 @@ class dcp_planning {
   std::vector<sequence> planned_;  // items' sequences, sorted by id
   mutable std::vector<sequence> scratch_;  // `sequences_of`
   std::vector<int> sps_;
-  std::vector<int> k_pref_;
-  std::vector<double> token_room_;  // per legal sp, with memory_by_tokens: `token_room`
+  std::vector<int> k_pref_;              // per class and legal sp: `k_pref`
+  std::vector<double> token_room_;       // per class and legal sp, with memory_by_tokens: `token_room`
   std::vector<std::int64_t> level_cap_;  // per legal sp: tokens of the largest step at the preferred recompute level
   std::size_t fluid_ = 0;                 // index into sps_ of the fluid level
   std::size_t best_fluid_ = 0;            // and the best candidate's

@@ -3,8 +3,9 @@
 /// `plan_builder`: the bookkeeping every planner shares. It turns sequence groups placed on
 /// rank blocks into priced `plan_step`s, tracks when each rank is free (gang start = the latest
 /// member), and finishes the plan (order, makespan, lower bound, loss weights, skipped).
-/// With per-GPU speed factors a step lasts its cost model time over its slowest member's speed;
-/// `barrier()` starts a new round (every later step waits for every earlier one to end).
+/// With per-GPU speed factors, or on a cluster whose nodes differ in speed (`job_speeds`), a step
+/// lasts its cost model time over its slowest member's speed; `barrier()` starts a new round (every later step waits
+/// for every earlier one to end).
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +37,16 @@ inline void validate_speeds(std::span<const double> speeds, int gpus) {
     });
 }
 
+/// The speed of every unit of a job: its node's device speed (`parallel_layout::unit_speeds`)
+/// times its straggler factor in `stragglers` (empty = all 1). Empty when both are all 1.
+inline std::vector<double> job_speeds(const parallel_layout& layout, std::span<const double> stragglers) {
+  validate_speeds(stragglers, layout.units());
+  std::vector<double> out = layout.unit_speeds();
+  if (out.empty()) return {stragglers.begin(), stragglers.end()};
+  for (std::size_t u = 0; u < stragglers.size(); ++u) out[u] *= stragglers[u];
+  return out;
+}
+
 /// The slowest speed factor of `b`'s members (1 without factors): a gang step runs at its pace.
 inline double block_speed(std::span<const double> speeds, rank_block b) noexcept {
   if (speeds.empty()) return 1.0;
@@ -47,10 +58,11 @@ inline double block_speed(std::span<const double> speeds, rank_block b) noexcept
 template <cost_model C>
 class plan_builder {
  public:
-  plan_builder(const C& cost, std::string method, std::span<const double> speeds = {})
+  /// `stragglers`: per-unit factors beyond the nodes' device speeds (empty = all 1); the plan
+  /// records their product with the layout's (`job_speeds`).
+  plan_builder(const C& cost, std::string method, std::span<const double> stragglers = {})
       : cost_(cost), free_(static_cast<std::size_t>(cost.gpus()), 0.0) {
-    validate_speeds(speeds, cost.gpus());
-    plan_.speeds.assign(speeds.begin(), speeds.end());
+    plan_.speeds = job_speeds(cost.layout(), stragglers);
     plan_.method = std::move(method);
     plan_.gpus = cost.gpus();
     plan_.gpus_per_node = cost.gpus_per_node();

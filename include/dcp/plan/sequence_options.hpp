@@ -201,6 +201,8 @@ struct batch_bounds {
 /// member's speed: N becomes sum_r s_r and t_i(sp) becomes t_i(sp) / s_best(sp), s_best(sp) the
 /// fastest block of sp that the group manager offers (`fastest_block_speed`). A size the manager
 /// offers no block of is no option. Without a manager: every aligned block (`buddy_groups`).
+/// Where blocks differ in capacity (a mixed cluster) every option and floor is priced at the
+/// job's largest capacity, which no plan can beat.
 template <cost_model C, group_manager G>
 batch_bounds lower_bounds(const C& cost, const G& groups, std::span<const sequence> batch,
                           std::span<const double> speeds = {});
@@ -217,6 +219,10 @@ batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::s
 template <cost_model C, group_manager G, class LoadAt, class OptionsAt, class TwinAt>
 batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, LoadAt&& load_at,
                              OptionsAt&& options_at, TwinAt&& twin_at, std::span<const double> speeds = {}) {
+  // On a cluster whose blocks differ in capacity a step may run on the largest: the floors are
+  // priced there (a relaxation, so still a bound), as the options must be.
+  if (capacities_differ(cost))
+    return lower_bounds_of(at_largest_capacity(cost), groups, count, load_at, options_at, twin_at, speeds);
   const auto sps = legal_sp_sizes(cost);
   // By sp: the fastest offered block's speed, 0 where the manager offers none.
   std::vector<double> speed_of_sp(static_cast<std::size_t>(sps.empty() ? 1 : sps.back() + 1), 0.0);
@@ -370,6 +376,7 @@ batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at,
 template <cost_model C, group_manager G>
 batch_bounds lower_bounds(const C& cost, const G& groups, std::span<const sequence> batch,
                           std::span<const double> speeds) {
+  if (capacities_differ(cost)) return lower_bounds(at_largest_capacity(cost), groups, batch, speeds);
   // In id order: the bounds must not depend on the order a rank received the batch in.
   std::vector<const sequence*> by_id;
   by_id.reserve(batch.size());

@@ -7,10 +7,12 @@
 ///   - each GPU runs its steps in plan order; rounds are barriers: a step of round r starts only
 ///     after every step of every earlier round has ended on every GPU;
 ///   - a gang step starts when all its members are free and its round's barrier has passed;
-///   - a step lasts t_true(load, sp, k) / (slowest member's speed) * jitter, the jitter a
+///   - a step lasts t_true(load, sp, k) / (slowest member's speed) * jitter, a member's speed its
+///     node's device speed (on a mixed cluster) times the truth's factor for it, the jitter a
 ///     log-normal factor exp(sigma z - sigma^2 / 2) (mean 1) with z drawn from
 ///     derive_seed(derive_seed(seed, batch), step index) (dcp's own portable PRNG);
-///   - a step whose true memory exceeds the capacity is an out-of-memory step: counted, and
+///   - a step whose true memory exceeds the capacity (each GPU's own: on a mixed cluster the
+///     smallest member's) is an out-of-memory step: counted, and
 ///     charged as a third of its time (the forward pass up to where activations peak) plus a
 ///     re-run with every block checkpointed; it keeps its true memory so the peak shows it;
 ///   - the batch ends when the last GPU finishes.
@@ -82,6 +84,7 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
 
   std::vector<double> free(static_cast<std::size_t>(n), 0.0);
   std::vector<sequence> planned;
+  const std::vector<double> speeds = job_speeds(t.model.layout(), t.speeds);
   double barrier = 0, round_end = 0, makespan = 0;
   int round = order.empty() ? 0 : p.steps[order.front()].round;
   const int L = t.model.blocks();
@@ -96,16 +99,16 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
     planned.insert(planned.end(), seqs.begin(), seqs.end());
     typename T::load_type load{};
     for (const auto& q : seqs) load = load + t.model.load_of(q);
-    const double slow = block_speed(t.speeds, s.ranks);
+    const double slow = block_speed(speeds, s.ranks);
     const double jitter = jitter_factor(t.jitter, t.seed, batch_index, i);
     const int k = s.checkpointed_blocks;
     double seconds = time_with_ring(t.model, load, s.sp(), k, s.ring);
     const double memory = t.model.memory(load, s.sp(), k);
-    if (memory > t.model.capacity()) {
+    if (memory > capacity_on(t.model, s.ranks)) {
       out.oom[i] = 1, ++out.oom_steps;
       seconds = seconds / 3 + time_with_ring(t.model, load, s.sp(), L, s.ring);
     }
-    if (!t.speeds.empty()) seconds /= slow;
+    if (!speeds.empty()) seconds /= slow;
     if (t.jitter != 0) seconds *= jitter;
 
     double start = barrier;
@@ -118,8 +121,8 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
     makespan = std::max(makespan, end);
   }
   out.executed.makespan_s = makespan;
-  out.executed.speeds = t.speeds;
-  const batch_bounds bounds = lower_bounds(t.model, planned, t.speeds);
+  out.executed.speeds = speeds;
+  const batch_bounds bounds = lower_bounds(t.model, planned, speeds);
   out.executed.lower_bound_s = bounds.simple_s;
   out.executed.joint_lower_bound_s = bounds.joint_s;
   return out;

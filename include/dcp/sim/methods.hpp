@@ -5,7 +5,10 @@
 /// name stands for, tunes it on the dataset when the method is a tuned system (bucket, packed,
 /// dynamic_cp), and hands it to a callable; `run_method` simulates it, on the cost model's clock or
 /// executed on a truth (`sim/execute.hpp`), where `oracle` is also a method: the dcp planner
-/// planning on the truth's deterministic part and speeds.
+/// planning on the truth's deterministic part and speeds. On a cluster of named nodes
+/// `dcp-uniform` is the dcp planner planning as if every node were the weakest (its slowest
+/// speed, its smallest capacity), each plan executed on the cluster as it is: what knowing the
+/// cluster is worth.
 
 #include <algorithm>
 #include <array>
@@ -45,10 +48,26 @@ inline constexpr std::array<std::string_view, 6> default_methods{"dcp",    "dcp-
 /// The method that plans on the truth itself (a run on a truth only).
 inline constexpr std::string_view oracle_method = "oracle";
 
+/// The dcp planner blind to a mixed cluster (a cluster of named nodes only).
+inline constexpr std::string_view uniform_method = "dcp-uniform";
+
+namespace detail {
+/// The weakest device of `layout`'s nodes: the slowest speed and the smallest capacity.
+inline unit_device weakest_node(const parallel_layout& layout) {
+  check(layout.has_node_devices(), errc::invalid_argument, [] {
+    return std::string(
+        "method 'dcp-uniform' plans as if every node were the cluster's weakest; it needs a cluster "
+        "of named nodes (dcp-sim --cluster)");
+  });
+  return layout.as_weakest().nodes.front();
+}
+}  // namespace detail
+
 /// Throws `dcp::error(errc::invalid_argument)` listing the valid names unless `name` is one
 /// (`oracle` counts when `on_truth`).
 inline void validate_method(std::string_view name, bool on_truth = false) {
   if (std::find(method_names.begin(), method_names.end(), name) != method_names.end()) return;
+  if (name == uniform_method) return;
   if (name == oracle_method) {
     check(on_truth, errc::invalid_argument, [] {
       return std::string("method 'oracle' plans on a truth clock; give --truth SPEC or --truth-profile FILE");
@@ -57,6 +76,7 @@ inline void validate_method(std::string_view name, bool on_truth = false) {
   }
   std::string list;
   for (auto n : method_names) list += (list.empty() ? "" : ", ") + std::string(n);
+  list += ", " + std::string(uniform_method) + " (on a cluster)";
   if (on_truth) list += ", " + std::string(oracle_method);
   throw error(errc::invalid_argument, "unknown method '" + std::string(name) + "'; use one of " + list);
 }
@@ -123,6 +143,11 @@ template <any_planning_context Ctx>
 run_result run_method(std::string_view name, const Ctx& ctx, std::span<const sequence> data,
                       std::span<const std::vector<sequence>> batches, const method_settings& s,
                       const options& opt = {}) {
+  if (name == uniform_method) {  // its plans, executed on the cluster's own clock (no jitter)
+    const truth<typename Ctx::cost_type> cluster{ctx.cost, {}, 0.0, 0};
+    truth_run_result t = run_method(name, ctx, data, batches, s, cluster, opt);
+    return {std::move(t.metrics), std::move(t.executed)};
+  }
   return with_method(name, ctx, data, s, [&](const auto& planner, double tune_seconds) {
     run_result r = simulate(ctx, planner, batches, opt);
     r.metrics.method = std::string(name);
@@ -149,6 +174,19 @@ truth_run_result run_method(std::string_view name, const Ctx& ctx, std::span<con
                             std::span<const std::vector<sequence>> batches, const method_settings& s,
                             const truth<T>& t, const options& opt = {}) {
   validate_method(name, true);
+  if (name == uniform_method) {
+    if constexpr (mixed_cluster_cost_model<typename Ctx::cost_type>) {
+      const auto blind = ctx.cost.as_uniform(detail::weakest_node(ctx.cost.layout()));
+      dcp_planner p;
+      p.loss = s.loss;
+      p.on_infeasible = s.on_infeasible;
+      truth_run_result r = simulate(planning_context{blind, ctx.recompute, ctx.groups}, p, batches, t, opt);
+      r.metrics.method = std::string(name);
+      return r;
+    } else {
+      throw error(errc::invalid_argument, "method 'dcp-uniform' needs a cost model of a mixed cluster");
+    }
+  }
   if (name == oracle_method) {
     dcp_planner p;
     p.loss = s.loss;

@@ -19,7 +19,9 @@
 /// batch's "speeds". "layout" is the job's `parallel_layout` (GPUs, not units); its "tp" is the
 /// GPUs of one planner unit (a TP group, DESIGN section 4.2): every step's "ranks" and "sp" and
 /// the "speeds" count units, unit u being GPUs [u tp, (u + 1) tp). A Ulysses x Ring step carries
-/// "ring" (absent: 1), so sp = (sp / ring) x ring.
+/// "ring" (absent: 1), so sp = (sp / ring) x ring. On a cluster of named nodes the layout also
+/// lists them, one per node in rank order: "nodes": [{"name": "h100", "speed": 1,
+/// "capacity_bytes": 7.2e10}, ...] (absent where the nodes are the cost model's device).
 /// Plans made on a `cost_sum` (a trained model plus frozen forward networks, DESIGN 9.4) name
 /// the trained model under "model" and "device" and list the networks after them under
 /// "frozen", each with every constant of `forward_network`:
@@ -173,8 +175,14 @@ inline constexpr std::string_view plan_format = "dcp.plan/v3";
 
 /// The "layout" object of a plan document.
 inline nlohmann::ordered_json to_json(const parallel_layout& l) {
-  return {{"gpus", l.gpus}, {"gpus_per_node", l.gpus_per_node},  {"tp", l.tp},
-          {"ep", l.ep},     {"sharding", to_string(l.sharding)}, {"ring", l.ring}};
+  nlohmann::ordered_json out = {{"gpus", l.gpus}, {"gpus_per_node", l.gpus_per_node},  {"tp", l.tp},
+                                {"ep", l.ep},     {"sharding", to_string(l.sharding)}, {"ring", l.ring}};
+  if (!l.nodes.empty()) {
+    auto& nodes = out["nodes"] = nlohmann::ordered_json::array();
+    for (const auto& d : l.nodes)
+      nodes.push_back({{"name", d.name}, {"speed", d.speed}, {"capacity_bytes", d.capacity}});
+  }
+  return out;
 }
 
 /// The `dcp.plan/v3` document of `plans` (the batches of one method, in order) made on `cost`.
@@ -304,6 +312,20 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
         fail("field 'layout sharding' = " + sharding.dump() + " is not replicated, zero1 or zero3");
       }
       l.ring = static_cast<int>(integer(at(jl, "ring", "\"layout\""), "layout ring", 1, int_max));
+      if (jl.contains("nodes")) {
+        const auto& nodes = jl.at("nodes");
+        if (!nodes.is_array()) fail("field 'layout nodes' is not an array");
+        if (nodes.size() > static_cast<std::size_t>(l.node_count()))
+          fail("field 'layout nodes' lists " + std::to_string(nodes.size()) + " nodes for " +
+               std::to_string(l.node_count()));
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+          const std::string where = "layout node " + std::to_string(i);
+          const auto& name = at(nodes[i], "name", "\"" + where + "\"");
+          if (!name.is_string()) fail("field '" + where + " name' = " + name.dump() + " is not a string");
+          l.nodes.push_back({name.get<std::string>(), number(at(nodes[i], "speed", where), where + " speed"),
+                             number(at(nodes[i], "capacity_bytes", where), where + " capacity_bytes")});
+        }
+      }
     } else {
       // Units and tp; v1 plans are tp = 1.
       const auto units = integer(at(j, "gpus", "the document"), "gpus", 1, int_max);
