@@ -4,8 +4,8 @@
 //
 //   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET | --model-config FILE] [--gpus N] [--gpus-per-node G]
 //           [--tp T] [--ep E] [--sharding replicated|zero1|zero3] [--ring R]
-//           [--device h200|h100|a100] [--cluster h100x2,h200x2|FILE] [--methods LIST] [--global-batch-tokens T] [--seed
-//           S]
+//           [--device h200|h100|a100] [--cluster h100x2,h200x2|FILE] [--groups any|buddy] [--comm-budget B]
+//           [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
 //           [--calibrate] [--frozen t5-xxl,vae3d] [--plan-in FILE]...
@@ -77,6 +77,7 @@ struct cli_options {
   int gpus_per_node = 8;
   std::string device = "h200";
   std::string cluster;
+  std::optional<int> comm_budget;
   std::string groups = "any";
   std::string methods = "dcp,dcp-no-inter,dcp-no-intra,bucket,packed,dynamic_cp";
   bool methods_given = false;
@@ -145,18 +146,20 @@ struct method_runs {
 };
 
 template <class Cost, class T>
-method_runs run_methods(const std::vector<std::string>& methods, const Cost& cost, dcp::group_sizes sizes,
-                        const dcp::dataset& data,
+method_runs run_methods(const std::vector<std::string>& methods, const Cost& cost, const dcp::contiguous_groups& groups,
+                        const dcp::contiguous_groups& dcp_groups, const dcp::dataset& data,
                         const std::vector<std::vector<dcp::sequence>>& batches,
                         const dcp::sim::method_settings& settings, const dcp::sim::options& base,
                         bool keep_first, bool keep_all, const dcp::sim::truth<T>* truth) {
   method_runs out;
   // Every method plans in the job's context: its cost model, selective recompute (the baselines
   // checkpoint every block regardless) and the job's GPU groups (--groups: every size, or powers
-  // of two, which are buddy_groups' blocks).
-  const dcp::planning_context ctx{cost, dcp::selective_recompute{},
-                                  dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}};
+  // of two, which are buddy_groups' blocks). The dcp planner's rows plan on `dcp_groups`, the
+  // sizes --comm-budget keeps; the baselines keep theirs (one size, or Megatron's powers of two).
+  const dcp::planning_context all{cost, dcp::selective_recompute{}, groups};
+  const dcp::planning_context budgeted{cost, dcp::selective_recompute{}, dcp_groups};
   for (std::size_t i = 0; i < methods.size(); ++i) {
+    const auto& ctx = methods[i].starts_with("dcp") || methods[i] == "oracle" ? budgeted : all;
     dcp::sim::options opt = base;
     opt.keep_plans = keep_all || (i == 0 && keep_first);
     if (truth) {
@@ -179,11 +182,10 @@ method_runs run_methods(const std::vector<std::string>& methods, const Cost& cos
 // out-of-memory steps after the first batch.
 template <class T>
 void add_calibrated(method_runs& runs, const std::vector<std::string>& methods, const dcp::analytic_cost& cost,
-                    dcp::group_sizes sizes, const std::vector<std::vector<dcp::sequence>>& batches, const dcp::sim::truth<T>& truth,
+                    const dcp::contiguous_groups& groups, const std::vector<std::vector<dcp::sequence>>& batches, const dcp::sim::truth<T>& truth,
                     const dcp::sim::method_settings& settings, dcp::sim::options opt, nlohmann::json& summary) {
   opt.keep_plans = true;
-  const dcp::planning_context ctx{cost, dcp::selective_recompute{},
-                                  dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}};
+  const dcp::planning_context ctx{cost, dcp::selective_recompute{}, groups};
   auto r = dcp::sim::simulate_calibrated(ctx, std::span<const std::vector<dcp::sequence>>(batches), truth, settings,
                                          {}, opt);
   runs.rows.push_back(r.metrics);
@@ -204,7 +206,7 @@ void add_calibrated(method_runs& runs, const std::vector<std::string>& methods, 
     if (i == names.size()) continue;
     nlohmann::json j;
     j["oom_steps_after_first_batch"] =
-        dcp::sim::oom_steps(std::span<const dcp::plan>(runs.executed[i]), truth.model.capacity(), 1, n);
+        dcp::sim::oom_steps(std::span<const dcp::plan>(runs.executed[i]), truth.model, 1, n);
     if (oracle < names.size()) {
       j["vs_oracle"] = tps(i, 0) / tps(oracle, 0);
       j["vs_oracle_second_half"] = tps(i, n / 2) / tps(oracle, n / 2);
@@ -258,11 +260,6 @@ int run(const cli_options& o) {
              std::to_string(cluster_gpus) + "); drop --gpus or make them agree";
     });
     gpus = cluster_gpus;
-    dcp::check(!o.calibrate, dcp::errc::invalid_argument, [] {
-      return std::string(
-          "--calibrate learns one device's clock; calibration per device of a --cluster is not built, "
-          "drop one of them");
-    });
   }
   std::optional<std::vector<dcp::forward_network>> frozen_given;
   if (o.frozen) frozen_given = parse_frozen(*o.frozen, device);
@@ -330,6 +327,16 @@ int run(const cli_options& o) {
   // trained network (adding the frozen networks on the truth's clock).
   auto run_all = [&](const auto& pcost, const auto& on_truth) {
     const std::span<const std::vector<dcp::sequence>> all(batches);
+    // --comm-budget: the sizes the dcp planner keeps within it on this workload (its rows only).
+    const dcp::contiguous_groups groups{cost.gpus(), cost.gpus_per_node(), sizes};
+    dcp::contiguous_groups dcp_groups = groups;
+    if (o.comm_budget) {
+      dcp_groups = dcp::budget_group_sizes(dcp::planning_context{pcost, dcp::selective_recompute{}, groups}, data,
+                                           *o.comm_budget, dcp::dcp_planner{}, o.global_batch_tokens, o.seed);
+      header.groups += ", dcp within " + std::to_string(*o.comm_budget) + " communicators per rank (sizes";
+      for (int sp : *dcp_groups.only) header.groups += " " + std::to_string(sp);
+      header.groups += ")";
+    }
     const dcp::sim::replay_job job{cost.model.name, device.name};
     for (std::size_t f = 0; f < replays.size(); ++f) dcp::sim::check_replay(replays[f], o.plan_in[f], pcost, all, job);
     constexpr bool plain = std::is_same_v<std::decay_t<decltype(pcost)>, dcp::analytic_cost>;
@@ -355,9 +362,9 @@ int run(const cli_options& o) {
       const auto truth = dcp::sim::make_truth(on_truth(std::move(profiled), dcp::cost_scales{}), spec, truth_seed);
       header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
       header.truth_seed = truth_seed;
-      runs = run_methods(methods, pcost, sizes, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+      runs = run_methods(methods, pcost, groups, dcp_groups, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
       if constexpr (plain)
-        if (o.calibrate) add_calibrated(runs, methods, cost, sizes, batches, truth, settings, opt, calibration);
+        if (o.calibrate) add_calibrated(runs, methods, cost, dcp_groups, batches, truth, settings, opt, calibration);
       add_replays(&truth);
     } else if (o.truth) {
       const auto scaled = dcp::sim::make_truth(spec, cost, truth_seed);
@@ -367,13 +374,13 @@ int run(const cli_options& o) {
       truth.validate();
       header.truth = o.truth->empty() ? std::string("(the model itself)") : *o.truth;
       header.truth_seed = truth_seed;
-      runs = run_methods(methods, pcost, sizes, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
+      runs = run_methods(methods, pcost, groups, dcp_groups, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
       if constexpr (plain)
-        if (o.calibrate) add_calibrated(runs, methods, cost, sizes, batches, truth, settings, opt, calibration);
+        if (o.calibrate) add_calibrated(runs, methods, cost, dcp_groups, batches, truth, settings, opt, calibration);
       add_replays(&truth);
     } else {
       using none = dcp::sim::truth<std::decay_t<decltype(pcost)>>;
-      runs = run_methods(methods, pcost, sizes, data, batches, settings, opt, keep_first, views, static_cast<const none*>(nullptr));
+      runs = run_methods(methods, pcost, groups, dcp_groups, data, batches, settings, opt, keep_first, views, static_cast<const none*>(nullptr));
       add_replays(static_cast<const none*>(nullptr));
     }
   };
@@ -459,6 +466,9 @@ int main(int argc, char** argv) {
                      "dcp-no-inter-no-intra, bucket, packed, dynamic_cp; dcp-uniform on a --cluster; oracle "
                      "with a truth")
           ->capture_default_str();
+  app.add_option("--comm-budget", o.comm_budget, "communicators per rank the dcp planner may use beyond the world's: "
+                                                 "the group sizes it keeps within it on the workload (default: no "
+                                                 "budget; the baselines keep their sizes)");
   app.add_option("--global-batch-tokens", o.global_batch_tokens, "tokens per global batch (default 262144 * N)");
   app.add_option("--seed", o.seed, "seed of the workload, the sampler and seeded planners")->capture_default_str();
   app.add_option("--plan-out", o.plan_out, "write the plan JSON (dcp.plan/v3) of the first method, all batches");

@@ -436,15 +436,9 @@ class scheduler {
   }
   void start_calibration() {
     options_.calibration.validate();
-    // The calibrator fits one device's clock and learns speeds against it: on nodes of different
-    // devices it would take the nodes' own speeds for stragglers.
-    check(!cost_.layout().mixed(), errc::unsupported, [] {
-      return std::string(
-          "online calibration fits one device's clock; calibrating each device of a mixed cluster is "
-          "not built, turn calibration off or plan on one device type");
-    });
     fitted_cost prior;
     if constexpr (std::is_same_v<cost_type, fitted_cost>) prior = cost_;
+    else if constexpr (std::is_same_v<cost_type, analytic_cost>) prior = make_fitted_cost(cost_);  // its nodes too
     else if constexpr (requires { transformer_spec(model_); })
       prior = make_fitted_cost(make_analytic_cost(transformer_spec(model_), job_device(), world_->size()));
     check(prior.gpus() == world_->size(), errc::mismatch, [&] {
@@ -513,7 +507,7 @@ class scheduler {
       if (g == buddy_groups{}) g = default_groups(cost_);
     if constexpr (std::is_same_v<groups_type, contiguous_groups>)
       if (g.world == contiguous_groups{}.world && g.node_size == contiguous_groups{}.node_size)
-        g = contiguous_groups{cost_.gpus(), cost_.gpus_per_node(), g.sizes};
+        g = contiguous_groups{cost_.gpus(), cost_.gpus_per_node(), g.sizes, g.only};
     check(g.gpus() == cost_.gpus() && g.gpus_per_node() == cost_.gpus_per_node(), errc::invalid_argument, [&] {
       std::ostringstream os;
       os << "scheduler: the groups slot holds " << g << ", laying out " << g.gpus() << " units, " << g.gpus_per_node()

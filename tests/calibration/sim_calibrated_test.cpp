@@ -48,7 +48,7 @@ TEST_P(calibrated_truths, learn_the_truth_after_the_first_batch) {
   const auto oracle = dcp::sim::run_method("oracle", cost, std::span<const dcp::sequence>(data), batches, settings, truth, opt);
   const auto dcp = dcp::sim::run_method("dcp", cost, std::span<const dcp::sequence>(data), batches, settings, truth, opt);
   const std::size_t n = batches.size();
-  EXPECT_EQ(dcp::sim::oom_steps(std::span<const dcp::plan>(cal.executed), truth.model.capacity(), 1, n), 0);
+  EXPECT_EQ(dcp::sim::oom_steps(std::span<const dcp::plan>(cal.executed), truth.model, 1, n), 0);
   const double ratio = dcp::sim::tokens_per_s(cal.executed, n / 2, n) / dcp::sim::tokens_per_s(oracle.executed, n / 2, n);
   EXPECT_GT(ratio, 0.97) << GetParam();
   EXPECT_GE(cal.metrics.tokens_per_s, dcp.metrics.tokens_per_s * 0.99) << GetParam();

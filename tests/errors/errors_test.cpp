@@ -439,6 +439,21 @@ const std::vector<entry>& catalogue() {
            (void)dcp::read_cluster_json(in);
          });
        }},
+      {"group-size-not-offered", "invalid_argument",
+       "group size 12 in 'only' is not a size between 1 and 64 that any groups offer",
+       [] { return lib([] { dcp::contiguous_groups{64, 8, dcp::group_sizes::any, std::vector<int>{12}}.validate(); }); }},
+      {"comm-budget-too-small", "infeasible",
+       "a budget of 0 communicators per rank cannot hold every sequence of the data: sizes 40 are each needed by one; "
+       "raise the budget to 1",
+       [] {
+         return lib([] {
+           const auto w = dcp::make_analytic_cost(dcp::models::wan2_1_14b(), dcp::devices::h200(), 64);
+           const std::int64_t at8 = dcp::step_token_capacity(w, 8, w.blocks()) - w.model.text_tokens;
+           const std::vector<dcp::sequence> data{dcp::make_sequence(1, at8 * 3), dcp::make_sequence(2, 4096)};
+           (void)dcp::budget_group_sizes(
+               dcp::planning_context{w, dcp::selective_recompute{}, dcp::contiguous_groups{64, 8}}, data, 0);
+         });
+       }},
       {"uniform-without-cluster", "invalid_argument",
        "method 'dcp-uniform' plans as if every node were the cluster's weakest; it needs a cluster",
        [] {

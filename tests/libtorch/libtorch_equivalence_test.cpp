@@ -1,6 +1,6 @@
 // The LibTorch example under dcp plans equals single-process full-batch LibTorch training.
 // Run under mpiexec with 1, 2 and 4 ranks: the parameters after 3 AdamW steps under dcp, bucket
-// and packed plans match, to 1e-10 relative in float64, a reference that trains every batch in
+// and packed plans match (and, on 6 ranks, under dcp plans on groups of 3 and 6 ranks), to 1e-10 relative in float64, a reference that trains every batch in
 // one process, every sequence alone, with the batch's token-mean cross-entropy. The reference
 // is written here from plain torch functions on the model's parameter tensors: it shares no
 // loss-weight, packing, masking or re-layout code with the planned path.
@@ -23,6 +23,7 @@
 
 #include <dcp/comm/mpi.hpp>
 #include <dcp/cost/analytic.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/policies.hpp>
@@ -50,11 +51,12 @@ struct setup {
   std::int64_t batch_tokens = 320;
   std::uint64_t seed = 4;  // its first 3 batches exercise everything below on 2 and 4 ranks
   int steps = 3;
+  int tokens_per_rank = 24;  // without recompute, on more than one rank
   torch::optim::AdamWOptions adamw() const { return torch::optim::AdamWOptions(1e-2).weight_decay(0.01); }
 
   dcp::scheduler_options options(int world) const {
     dcp::scheduler_options o;
-    o.device = scaled_device(spec_of(model), world, world > 1 ? 24 : 40);
+    o.device = scaled_device(spec_of(model), world, world > 1 ? tokens_per_rank : 40);
     o.global_batch_tokens = batch_tokens;
     o.seed = seed;
     return o;
@@ -71,10 +73,12 @@ struct coverage {
   bool unequal_accumulation = false;  // ranks ran different numbers of micro-steps in a batch
   bool accumulation = false;          // some rank ran more than one micro-step in a batch
   bool recompute = false;             // some step checkpointed blocks
+  bool other_size = false;            // some step on a group whose size is not a power of two
   void add(const dcp::plan& p, int world) {
     std::vector<int> per_rank(std::size_t(world), 0);
     for (const auto& st : p.steps) {
       max_sp = std::max(max_sp, st.sp());
+      other_size |= (st.sp() & (st.sp() - 1)) != 0;
       std::int64_t tokens = 0;
       for (const auto& q : st.sequences) tokens += q.tokens;
       uneven_shards |= tokens % st.sp() != 0;
@@ -220,6 +224,30 @@ TEST(libtorch_equivalence, adamw_after_three_steps_matches_full_batch) {
   if (R > 1) {
     EXPECT_TRUE(runs[0].cov.unequal_accumulation) << "dcp gives every rank the same number of micro-steps";
   }
+}
+
+// Groups of any size on 6 ranks (run alone under mpiexec -n 6): a model of 6 heads, so groups of
+// 3 and 6 ranks are legal Ulysses sizes, planned on contiguous_groups; 3 AdamW steps under those
+// plans match the full-batch reference as above.
+TEST(libtorch_any_size, groups_of_three_and_six_match_full_batch) {
+  auto& world = *world_ptr;
+  if (world.size() % 3 != 0) GTEST_SKIP() << "groups of 3 and 6 need a multiple of 3 ranks";
+  setup s;
+  s.model.heads = 6, s.model.hidden = 24, s.model.mlp = 48;
+  s.tokens_per_rank = 10;  // the longest documents then need more than two ranks
+  const run_result got = run_planned(world, s, dcp::policies<dcp::contiguous_groups>{});
+  if (world.rank() != 0) return;
+  const run_result ref = run_reference(s, world.size());
+  const double dp = relative(got.params, ref.params);
+  double dl = 0;
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (std::size_t k = 0; k < ref.losses.size(); ++k)
+    dl = std::max(dl, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
+  std::printf("%d ranks dcp on contiguous groups: params %.2e  losses %.2e  | %s, other sizes %d\n", world.size(), dp,
+              dl, describe(got.cov).c_str(), int(got.cov.other_size));
+  EXPECT_LE(dp, 1e-10);
+  EXPECT_LE(dl, 1e-10);
+  EXPECT_TRUE(got.cov.other_size) << "no step ran on a group of 3 or 6 ranks";
 }
 
 TEST(libtorch_corpus, file_round_trip_and_malformed_files) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/scheduler.hpp>
+#include <dcp/sim/metrics.hpp>
 #include <dcp/workload/tuning.hpp>
 
 #include <dcp_test/support.hpp>
@@ -185,6 +187,46 @@ TEST(contiguous_groups, a_sequence_too_long_for_eight_gpus_runs_on_forty) {
   const dcp::planning_context on_buddy{c, dcp::selective_recompute{}, dcp::buddy_groups{64, 8}};
   EXPECT_DCP_ERROR(dcp::dcp_planner{}.plan(on_buddy, batch), dcp::errc::infeasible, "sequence 1",
                    "largest length that fits is " + std::to_string(at8 + c.model.text_tokens));
+}
+
+// A communicator budget (`budget_group_sizes`, `contiguous_groups::only`): for budgets 0..3 on
+// random workloads the chosen sizes are at most the budget, every plan on them is valid and keeps
+// every sequence, and no rank needs more communicators than the budget over the run; a budget
+// that leaves a sequence on no size is an error naming it.
+TEST(contiguous_groups, a_communicator_budget_holds_every_rank_to_it) {
+  dcp_test::rng r(2203);
+  const auto c = job(dcp::models::cogvideox_5b(), 48);
+  const dcp::planning_context all{c, dcp::selective_recompute{}, dcp::contiguous_groups{48, 8}};
+  const std::int64_t longest = dcp::step_token_capacity(c, 48, c.blocks()) - c.model.text_tokens;
+  for (int budget = 0; budget <= 3; ++budget) {
+    std::vector<dcp::sequence> data;
+    for (std::int64_t i = 0, n = r.between(200, 600); i < n; ++i)
+      data.push_back(dcp::make_sequence(i, r.log_between(256, longest / 2)));
+    const dcp::contiguous_groups g = dcp::budget_group_sizes(all, data, budget);
+    ASSERT_TRUE(g.only.has_value()) << g;
+    EXPECT_LE(static_cast<int>(g.only->size()), budget) << g;
+    EXPECT_NO_THROW(g.validate()) << g;
+    const dcp::planning_context on{c, dcp::selective_recompute{}, g};
+    dcp::sim::run_metrics m;
+    for (const auto& batch : dcp::epoch_batches(c, data)) {
+      const dcp::plan p = dcp::dcp_planner{}.plan(on, batch);
+      const auto v = dcp::plan_violations(p, batch, c, g);
+      EXPECT_TRUE(v.empty()) << g << ": " << v.front();
+      m.add(p, 0);
+    }
+    EXPECT_LE(m.communicators_per_rank, budget) << g;
+  }
+  // wan2.1-14b on 64 GPUs: a sequence too long for 8 GPUs needs 40; with no communicator at all
+  // only single GPUs remain (64 is no legal Ulysses size for 40 heads).
+  const auto w = job(dcp::models::wan2_1_14b(), 64);
+  const std::int64_t at8 = dcp::step_token_capacity(w, 8, w.blocks()) - w.model.text_tokens;
+  const std::vector<dcp::sequence> data{dcp::make_sequence(1, at8 * 3), dcp::make_sequence(2, 4096)};
+  const dcp::planning_context wan{w, dcp::selective_recompute{}, dcp::contiguous_groups{64, 8}};
+  EXPECT_EQ(dcp::budget_group_sizes(wan, data, 1).only, std::optional<std::vector<int>>(std::vector<int>{40}));
+  EXPECT_DCP_ERROR(dcp::budget_group_sizes(wan, data, 0), dcp::errc::infeasible,
+                   "a budget of 0 communicators per rank cannot hold every sequence");
+  EXPECT_DCP_ERROR((dcp::contiguous_groups{64, 8, dcp::group_sizes::any, std::vector<int>{12}}.validate()), dcp::errc::invalid_argument,
+                   "group size 12 in 'only'");
 }
 
 // The scheduler on 6 local ranks with contiguous_groups in its bundle: every rank plans the same

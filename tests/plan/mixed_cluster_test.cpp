@@ -28,9 +28,12 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/scheduler.hpp>
+#include <dcp/sim/calibrated.hpp>
 #include <dcp/sim/execute.hpp>
+#include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>
 #include <dcp/sim/truth.hpp>
+#include <dcp/workload/embedded.hpp>
 #include <dcp/workload/tuning.hpp>
 
 #include <dcp_test/support.hpp>
@@ -234,6 +237,29 @@ TEST(mixed_cluster, the_scheduler_plans_on_the_options_cluster) {
       },
       dcp::local_world_options{std::chrono::seconds(60), true});
   for (int r = 1; r < 16; ++r) EXPECT_EQ(hashes[static_cast<std::size_t>(r)], hashes[0]);
+}
+
+// Calibration on an A100 node and an H200 node whose true clock runs 20% slower than the model:
+// measured times are brought to the reference clock by the nodes' speeds, so no GPU is taken for
+// a straggler (every plan's speeds stay the nodes'), no step runs out of its GPUs' memory, and
+// the calibrated plans reach the oracle's throughput over the second half.
+TEST(mixed_cluster, calibration_fits_one_clock_and_takes_no_node_for_a_straggler) {
+  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200x1"));
+  auto data = dcp::workloads::make("text-longtail", 7);
+  data.resize(3000);
+  const auto batches = dcp::epoch_batches(c, data, 1 << 21, 7);
+  ASSERT_GE(batches.size(), 6u);
+  const auto truth = dcp::sim::make_truth(dcp::sim::parse_truth_spec("compute=1.2"), c, 7);
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const std::span<const std::vector<dcp::sequence>> all(batches);
+  const auto cal = dcp::sim::simulate_calibrated(c, all, truth, {}, {}, opt);
+  const auto oracle = dcp::sim::run_method("oracle", c, std::span<const dcp::sequence>(data), all, {}, truth, opt);
+  const std::size_t n = batches.size();
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(cal.plans[i].speeds, c.layout().unit_speeds()) << "batch " << i;
+  EXPECT_EQ(dcp::sim::oom_steps(std::span<const dcp::plan>(cal.executed), truth.model, 0, n), 0);
+  const double ratio = dcp::sim::tokens_per_s(cal.executed, n / 2, n) / dcp::sim::tokens_per_s(oracle.executed, n / 2, n);
+  EXPECT_GT(ratio, 0.97);
 }
 
 TEST(mixed_cluster, bad_layouts_names_and_files_are_errors_naming_the_value) {

@@ -14,6 +14,11 @@
 /// A pure function of the steps in the window, the order they were added and the refits between:
 /// ranks that add the same steps in the same order and refit at the same points get bit-identical
 /// models (the scheduler adds them in plan order and refits at every plan).
+/// On a mixed cluster (the prior's layout names its nodes) a step's measured times are first
+/// brought to the reference device's clock, times its block's node speed (`speed_of`): the fit
+/// is then one clock for every device, and the learned speeds are what a GPU runs below its own
+/// node's speed (the planner multiplies the two, `job_speeds`). The margin is one ratio over the
+/// fitted memory, which does not depend on the device; each block keeps its own capacity.
 /// The scheduler (`scheduler_options::calibration`) and `dcp-sim --calibrate` use it.
 
 #include <algorithm>
@@ -137,6 +142,10 @@ class calibrator {
                std::to_string(s.seconds[i]) + ", peak_bytes = " + std::to_string(s.peak_bytes[i]) +
                "; measurements must be finite";
       });
+    // To the reference clock: a step on a node of speed v ran 1 / v as long as there.
+    if (const double node = prior_.layout().speed_of(s.ranks); node != 1.0)
+      for (double& t : s.seconds)
+        if (t > 0) t *= node;
     steps_.push_back(std::move(s));
     added_at_.push_back(refits_);
     while (steps_.size() > options_.window) steps_.pop_front(), added_at_.pop_front();

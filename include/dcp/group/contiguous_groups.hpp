@@ -12,11 +12,17 @@
 /// manager type serve both layouts where the choice is made at run time (`dcp-sim --groups`).
 ///
 /// Communicators: every offered size costs each member one communicator (a rank is in at most
-/// one block per size); `group_cache` creates them lazily, for the sizes a plan uses.
+/// one block per size); `group_cache` creates them lazily, for the sizes a plan uses. `only`
+/// holds a job to a communicator budget: the sizes between 1 and N it may offer (every rank then
+/// needs at most `only.size()` communicators beyond the world's); `dcp::budget_group_sizes`
+/// (`<dcp/workload/tuning.hpp>`) chooses them on a workload.
 
+#include <algorithm>
 #include <bit>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <dcp/error.hpp>
 #include <dcp/group/group_concepts.hpp>
@@ -44,6 +50,9 @@ struct contiguous_groups {
   int world = 1;      ///< N
   int node_size = 8;  ///< G
   group_sizes sizes = group_sizes::any;
+  /// When set, the only sizes s with 1 < s < N it offers (ascending, each one `sizes` allows;
+  /// empty: none); sizes 1 and N need no communicator of their own and stay as `sizes` says.
+  std::optional<std::vector<int>> only{};
 
   int gpus() const noexcept { return world; }
   int gpus_per_node() const noexcept { return node_size; }
@@ -63,11 +72,24 @@ struct contiguous_groups {
       return "gpus = " + std::to_string(world) + " is not a multiple of gpus_per_node = " +
              std::to_string(node_size) + "; use whole nodes beyond one node";
     });
+    const std::vector<int> listed = only.value_or(std::vector<int>{});
+    for (std::size_t i = 0; i < listed.size(); ++i)
+      check(listed[i] > 1 && listed[i] < world && offered_by_sizes(listed[i]) && (i == 0 || listed[i - 1] < listed[i]),
+            errc::invalid_argument, [&] {
+              return "group size " + std::to_string(listed[i]) + " in 'only' is not a size between 1 and " +
+                     std::to_string(world) + " that " + to_string(sizes) +
+                     " groups offer, in ascending order; list sizes inside a node or of whole nodes";
+            });
   }
 
   /// Whether blocks of `sp` ranks exist: inside one node (sp <= G, or the whole job when it is
   /// one partial node) or of whole nodes, and a power of two when only those are offered.
   bool offers(int sp) const noexcept {
+    if (!offered_by_sizes(sp)) return false;
+    return !only || sp == 1 || sp == world || std::binary_search(only->begin(), only->end(), sp);
+  }
+  /// `offers` without `only`.
+  bool offered_by_sizes(int sp) const noexcept {
     if (sp < 1 || sp > world) return false;
     if (sizes == group_sizes::powers_of_two && !std::has_single_bit(static_cast<unsigned>(sp))) return false;
     return sp <= node_size || sp % node_size == 0;
@@ -100,7 +122,13 @@ struct contiguous_groups {
 
   friend bool operator==(const contiguous_groups&, const contiguous_groups&) = default;
   friend std::ostream& operator<<(std::ostream& os, const contiguous_groups& g) {
-    return os << "contiguous_groups{N=" << g.world << ", G=" << g.node_size << ", sizes=" << to_string(g.sizes) << "}";
+    os << "contiguous_groups{N=" << g.world << ", G=" << g.node_size << ", sizes=" << to_string(g.sizes);
+    if (g.only) {
+      os << ", only {";
+      for (std::size_t i = 0; i < g.only->size(); ++i) os << (i ? " " : "") << (*g.only)[i];
+      os << "}";
+    }
+    return os << "}";
   }
 };
 

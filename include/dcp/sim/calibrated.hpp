@@ -102,12 +102,13 @@ inline double tokens_per_s(std::span<const plan> executed, std::size_t first, st
   return seconds > 0 ? tokens / seconds : 0;
 }
 
-/// Out-of-memory steps in batches [first, last) of executed plans (steps whose true memory exceeds
-/// `capacity`).
-inline std::int64_t oom_steps(std::span<const plan> executed, double capacity, std::size_t first, std::size_t last) {
+/// Out-of-memory steps in batches [first, last) of executed plans: steps whose true memory exceeds
+/// their block's capacity on `cost` (`capacity_on`: each GPU's own on a mixed cluster).
+template <cost_model C>
+std::int64_t oom_steps(std::span<const plan> executed, const C& cost, std::size_t first, std::size_t last) {
   std::int64_t n = 0;
   for (std::size_t i = first; i < last && i < executed.size(); ++i)
-    for (const auto& st : executed[i].steps) n += st.memory_bytes > capacity;
+    for (const auto& st : executed[i].steps) n += st.memory_bytes > capacity_on(cost, st.ranks);
   return n;
 }
 

@@ -14,6 +14,8 @@
 ///
 /// `tune(p, ctx, data, budget, seed)` keeps p's other knobs and tries only sp values the context's
 /// group manager offers blocks of; `tune(p, cost, data, ...)` tunes on `default_groups(cost)`.
+/// `budget_group_sizes(ctx, data, communicators)` chooses the group sizes a job keeps within a
+/// budget of communicators per rank, on the same epoch.
 
 #include <algorithm>
 #include <array>
@@ -27,7 +29,9 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/fixed_sp.hpp>
 #include <dcp/plan/packed_planner.hpp>
@@ -215,6 +219,80 @@ dynamic_cp_planner tune(dynamic_cp_planner p, const Ctx& ctx, std::span<const se
            " GPUs; use more GPUs or memory";
   });
   return best;
+}
+
+/// The groups of `ctx` held to a budget of `communicators` per rank: `contiguous_groups::only`
+/// set to at most that many of the sizes between 1 and N it offers (legal for the model), so no
+/// rank of a run needs more communicators than that beyond the world's. Chosen on the epoch the
+/// baselines tune on (`tuning_batches`: `budget` tokens per batch, 0 = 262144 * N, drawn with
+/// `sampler_seed`): `planner` (skipping what fits nowhere) plans it on every size, then, while too
+/// many sizes remain, the size whose steps took the fewest GPU-seconds (ties: the narrower) is
+/// dropped and the epoch planned again, passing over a size without which the planner would skip
+/// a sequence it held before. Throws a `dcp::error` naming the budget and the sizes when every
+/// remaining size is needed.
+template <class Recompute, cost_model C, class Planner = dcp_planner>
+contiguous_groups budget_group_sizes(const planning_context<C, Recompute, contiguous_groups>& ctx,
+                                     std::span<const sequence> data, int communicators, Planner planner = {},
+                                     std::int64_t budget = 0, std::uint64_t sampler_seed = 0) {
+  ctx.validate();
+  check(communicators >= 0, errc::invalid_argument, [&] {
+    return "communicator budget " + std::to_string(communicators) + " must not be negative (0: sizes 1 and N only)";
+  });
+  planner.on_infeasible = infeasible_policy::skip;
+  const int n = ctx.cost.gpus();
+  contiguous_groups groups = ctx.groups;
+  std::vector<int> sizes;
+  for (int sp : ctx.sp_sizes())
+    if (sp > 1 && sp < n) sizes.push_back(sp);
+  groups.only = sizes;
+  if (static_cast<int>(sizes.size()) <= communicators) return groups;
+  const auto batches = tuning_batches(ctx.cost, data, budget, sampler_seed);
+  struct outcome {
+    std::size_t skipped = 0;
+    std::vector<double> gpu_seconds;  // per size in `only`
+  };
+  auto run = [&](const contiguous_groups& g) {
+    const planning_context on{ctx.cost, ctx.recompute, g};
+    outcome out;
+    const std::vector<int>& listed = *g.only;
+    out.gpu_seconds.assign(listed.size(), 0.0);
+    for (const auto& b : batches) {
+      const plan p = planner.plan(on, std::span<const sequence>(b));
+      out.skipped += p.skipped.size();
+      for (const auto& st : p.steps) {
+        const auto at = std::lower_bound(listed.begin(), listed.end(), st.sp());
+        if (at != listed.end() && *at == st.sp())
+          out.gpu_seconds[static_cast<std::size_t>(at - listed.begin())] += st.time_s * st.sp();
+      }
+    }
+    return out;
+  };
+  outcome now = run(groups);
+  const std::size_t held = now.skipped;
+  while (static_cast<int>(groups.only->size()) > communicators) {
+    std::vector<std::size_t> order(groups.only->size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return now.gpu_seconds[a] < now.gpu_seconds[b]; });
+    bool dropped = false;
+    for (std::size_t i : order) {
+      contiguous_groups fewer = groups;
+      fewer.only->erase(fewer.only->begin() + static_cast<std::ptrdiff_t>(i));
+      outcome next = run(fewer);
+      if (next.skipped > held) continue;  // some sequence needs this size
+      groups = std::move(fewer), now = std::move(next), dropped = true;
+      break;
+    }
+    if (!dropped) {
+      std::string needed;
+      for (int sp : *groups.only) needed += (needed.empty() ? "" : ", ") + std::to_string(sp);
+      throw error(errc::infeasible, "a budget of " + std::to_string(communicators) +
+                                        " communicators per rank cannot hold every sequence of the data: sizes " +
+                                        needed + " are each needed by one; raise the budget to " +
+                                        std::to_string(groups.only->size()));
+    }
+  }
+  return groups;
 }
 
 /// A planner whose knobs `dcp::tune` chooses on a dataset under cost model C (the static
