@@ -134,12 +134,6 @@ struct parallel_layout {
   constexpr int units_per_node() const noexcept { return std::max(1, gpus_per_node / tp); }
   /// Nodes of the job (one partial node below G GPUs).
   constexpr int node_count() const noexcept { return (gpus + gpus_per_node - 1) / gpus_per_node; }
-  /// True when the nodes' devices differ in speed or capacity (a mixed cluster).
-  bool mixed() const noexcept {
-    return std::any_of(nodes.begin(), nodes.end(), [&](const unit_device& d) {
-      return d.speed != nodes.front().speed || d.capacity != nodes.front().capacity;
-    });
-  }
   /// True when nodes are named: every node's speed and capacity come from `nodes`.
   bool has_node_devices() const noexcept { return !nodes.empty(); }
   /// The node of unit `u`, and its device (`nodes` must be named).
@@ -162,14 +156,9 @@ struct parallel_layout {
       c = std::min(c, nodes[static_cast<std::size_t>(n)].capacity);
     return c;
   }
-  /// The smallest and the largest per-GPU capacity of the job (`uniform_capacity` without nodes).
+  /// The smallest per-GPU capacity of the job (`uniform_capacity` without nodes).
   double smallest_capacity(double uniform_capacity) const noexcept {
     return capacity_of({0, units()}, uniform_capacity);
-  }
-  double largest_capacity(double uniform_capacity) const noexcept {
-    double c = nodes.empty() ? uniform_capacity : 0.0;
-    for (const auto& d : nodes) c = std::max(c, d.capacity);
-    return c;
   }
   /// Per unit, its node's speed; empty when no node is named or every node runs at speed 1.
   std::vector<double> unit_speeds() const {
