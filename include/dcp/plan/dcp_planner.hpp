@@ -749,9 +749,14 @@ class dcp_planning {
       block_class_[static_cast<std::size_t>(u)] = class_of(groups.block(sp, u));
       least[block_class_[static_cast<std::size_t>(u)]].push({b.ready(groups.block(sp, u)), u});
     }
-    fluid_class_.assign(items_.size(), 0);
-    if (classes() > 1)
-      for (const fluid_key& key : keys) fluid_class_[key.index] = least_class(items_[key.index], sp);
+    // Once per shape: sequences of one shape share their load (`twin_`), so their least class.
+    fluid_class_.assign(items_.size(), classes());
+    if (classes() == 1) std::fill(fluid_class_.begin(), fluid_class_.end(), 0);
+    for (const fluid_key& key : keys) {
+      std::size_t& shape = fluid_class_[twin_[key.index]];
+      if (shape == classes()) shape = least_class(items_[twin_[key.index]], sp);
+      fluid_class_[key.index] = shape;
+    }
     for (const fluid_key& key : keys) {
       std::size_t c = classes();
       for (std::size_t d = fluid_class_[key.index]; d < classes(); ++d)

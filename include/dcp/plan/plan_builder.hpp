@@ -4,8 +4,8 @@
 /// rank blocks into priced `plan_step`s, tracks when each rank is free (gang start = the latest
 /// member), and finishes the plan (order, makespan, lower bound, loss weights, skipped).
 /// With per-GPU speed factors, or on a cluster whose nodes differ in speed (`job_speeds`), a step
-/// lasts its cost model time over its slowest member's speed; `barrier()` starts a new round (every later step waits
-/// for every earlier one to end).
+/// lasts its cost model time over its slowest member's speed; `barrier()` starts a new round
+/// (every later step waits for every earlier one to end).
 
 #include <algorithm>
 #include <cmath>
