@@ -43,8 +43,11 @@
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/feasibility.hpp>
 #include <dcp/plan/fixed_sp.hpp>
 #include <dcp/plan/infer_rounds.hpp>
+#include <dcp/plan/loss_weights.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>

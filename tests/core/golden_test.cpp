@@ -4,6 +4,7 @@
 #include "core_test_support.hpp"
 
 #include <dcp/cost/analytic.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/sequence_options.hpp>
 
 #include <gtest/gtest.h>

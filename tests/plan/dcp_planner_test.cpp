@@ -3,10 +3,11 @@
 // determinism, infeasible sequences, and bad input.
 
 #include <dcp/cost/analytic.hpp>
-#include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/full_recompute.hpp>

@@ -7,6 +7,7 @@
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/sequence_options.hpp>
 

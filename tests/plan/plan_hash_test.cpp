@@ -5,7 +5,7 @@
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/plan/dcp_planner.hpp>
-#include <dcp/plan/sequence_options.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/workload/embedded.hpp>
 
 #include <gtest/gtest.h>

@@ -24,6 +24,7 @@
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/profile/profile_table.hpp>
 #include <dcp/random.hpp>

@@ -58,6 +58,8 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/plan/feasibility.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>

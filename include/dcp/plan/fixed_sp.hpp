@@ -15,6 +15,7 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/plan/feasibility.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/planning_context.hpp>

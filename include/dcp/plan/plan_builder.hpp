@@ -16,8 +16,9 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/plan/loss_weights.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/plan.hpp>
-#include <dcp/plan/sequence_options.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {

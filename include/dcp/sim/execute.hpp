@@ -29,12 +29,12 @@
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
-#include <dcp/plan/sequence_options.hpp>
-#include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/random.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/truth.hpp>

@@ -1,0 +1,259 @@
+#pragma once
+/// \file
+/// The per-batch lower bounds of DESIGN section 3 (simple and joint), on per-GPU speeds and the
+/// blocks a group manager offers.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/group_concepts.hpp>
+#include <dcp/plan/sequence_options.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// The speed of the fastest block of `sp` GPUs that `groups` offers: the largest, over its
+/// blocks `groups.block(sp, i)`, of the slowest member's factor; 0 when it offers none.
+template <group_manager G>
+double fastest_block_speed(std::span<const double> speeds, const G& groups, int sp) noexcept {
+  double best = 0;
+  for (int i = 0, n = groups.block_count(sp); i < n; ++i) {
+    const rank_block b = groups.block(sp, i);
+    best = std::max(best, *std::min_element(speeds.begin() + b.first, speeds.begin() + b.end()));
+  }
+  return best;
+}
+
+/// Both per-batch lower bounds of DESIGN section 3, in seconds.
+struct batch_bounds {
+  double simple_s = 0;  ///< max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) )
+  double joint_s = 0;   ///< the least T with every sequence on an sp it finishes alone within T and those floors in N T
+  friend bool operator==(const batch_bounds&, const batch_bounds&) = default;
+};
+
+/// Lower bounds of DESIGN section 3 for a set of (feasible) sequences.
+/// Simple: max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
+/// Joint: the least T such that every sequence has an sp with t_i(sp, kmin_i(sp)) <= T and the
+/// sum over sequences of the smallest floor W'_i(sp) among those sp is at most N T, W'_i(sp) the
+/// cost model's `packed_work_floor` at kmin_i(sp) when it has one (else W_i(sp)). It is exact
+/// (a sweep over the breakpoints t_i(sp), not a bisection) and never below the simple bound.
+/// With per-GPU speed factors s_r (empty = all 1) a step lasts its time over its slowest
+/// member's speed: N becomes sum_r s_r and t_i(sp) becomes t_i(sp) / s_best(sp), s_best(sp) the
+/// fastest block of sp that the group manager offers (`fastest_block_speed`). A size the manager
+/// offers no block of is no option. Without a manager: every aligned block (`buddy_groups`).
+/// Where blocks differ in capacity (a mixed cluster) every option and floor is priced at the
+/// job's largest capacity, which no plan can beat.
+template <cost_model C, group_manager G>
+batch_bounds lower_bounds(const C& cost, const G& groups, std::span<const sequence> batch,
+                          std::span<const double> speeds = {});
+template <cost_model C>
+batch_bounds lower_bounds(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
+  return lower_bounds(cost, buddy_groups{cost.gpus(), cost.gpus_per_node()}, batch, speeds);
+}
+
+/// `lower_bounds` over sequences already in id order, given as `count` loads (`load_at(i)`) and
+/// their feasible options under selective recompute (`options_at(i)`, as `options_of` makes
+/// them): a planner that has computed the options passes them instead of pricing them again.
+/// `twin_at(i)` is an index j <= i whose load and options equal i's (i itself when none is
+/// known); twins are priced once. Options of a size `groups` offers no block of are left out.
+template <cost_model C, group_manager G, class LoadAt, class OptionsAt, class TwinAt>
+batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, LoadAt&& load_at,
+                             OptionsAt&& options_at, TwinAt&& twin_at, std::span<const double> speeds = {}) {
+  // On a cluster whose blocks differ in capacity a step may run on the largest: the floors are
+  // priced there (a relaxation, so still a bound), as the options must be.
+  if (capacities_differ(cost))
+    return lower_bounds_of(at_largest_capacity(cost), groups, count, load_at, options_at, twin_at, speeds);
+  const auto sps = legal_sp_sizes(cost);
+  // By sp: the fastest offered block's speed, 0 where the manager offers none.
+  std::vector<double> speed_of_sp(static_cast<std::size_t>(sps.empty() ? 1 : sps.back() + 1), 0.0);
+  for (int sp : sps) speed_of_sp[static_cast<std::size_t>(sp)] = groups.block_count(sp) > 0 ? 1.0 : 0.0;
+  double capacity = cost.gpus();
+  if (!speeds.empty()) {
+    for (int sp : sps) speed_of_sp[static_cast<std::size_t>(sp)] = fastest_block_speed(speeds, groups, sp);
+    capacity = 0;
+    for (double v : speeds) capacity += v;
+  }
+  struct term {
+    double time, floor, share;  // share: of zero3's per-step floor (`step_floor_share`), 0 without
+  };
+  std::vector<term> terms;  // the feasible options of every sequence that has no twin before it
+  struct priced {  // sequence i's terms and its w and t
+    std::size_t first, last;
+    double w, t;
+    std::size_t owner;  // the first feasible sequence with these terms, as an index into `ranges`
+  };
+  std::vector<priced> ranges;  // per feasible sequence, in order: its terms (twins share them)
+  std::vector<priced> seen(count);
+  [[maybe_unused]] const auto floors = [&] {
+    if constexpr (work_floors_cost_model<C>)
+      return cost.floors();
+    else
+      return 0;
+  }();
+  double work = 0, longest = 0, shares = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
+      const priced p = seen[i] = seen[j];
+      if (!std::isfinite(p.t)) continue;  // as below
+      ranges.push_back(p);
+      if (p.first < p.last) shares += terms[p.first].share;
+      work += p.w;
+      longest = std::max(longest, p.t);
+      continue;
+    }
+    const auto& load = load_at(i);
+    const std::size_t start = terms.size();
+    double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
+    double share = 0;
+    if constexpr (step_floor_share_cost_model<C>) share = cost.step_floor_share(load);
+    for (const sequence_option& o : options_at(i)) {
+      const double speed = speed_of_sp[static_cast<std::size_t>(o.sp)];
+      if (speed == 0) continue;  // no block of this size: no plan runs the option
+      // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
+      const int sp = o.sp, k = o.checkpointed_blocks;
+      if constexpr (work_floors_cost_model<C>) {
+        // The same floors, through the cost model's per-model terms computed once (`floors`),
+        // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
+        // then each wider one.
+        auto [floor, packed] = floors.both(load, sp, k, step_ring_of(cost, sp));
+        for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2) {
+          const auto [work_r, packed_r] = floors.both(load, sp, k, r);
+          floor = work_r < floor ? work_r : floor;
+          packed = packed_r < packed ? packed_r : packed;
+        }
+        terms.push_back({o.time_s / speed, std::max(floor, packed), share});
+        w = std::min(w, floor), t = std::min(t, o.time_s / speed);
+        continue;
+      }
+      const double floor = least_work_floor(cost, load, sp, k);
+      term x{o.time_s / speed, floor, share};
+      // The joint bound takes the tighter packed floor where the cost model has one.
+      if constexpr (requires { cost.packed_work_floor(load, sp, k); }) {
+        double packed = cost.packed_work_floor(load, sp, k);
+        if constexpr (requires { cost.packed_work_floor(load, sp, k, 1); })
+          for (int r = 2 * step_ring_of(cost, sp); r <= widest_ring_of(cost, sp) && sp % r == 0; r *= 2)
+            packed = std::min(packed, cost.packed_work_floor(load, sp, k, r));
+        x.floor = std::max(floor, packed);
+      }
+      terms.push_back(x);
+      w = std::min(w, floor), t = std::min(t, x.time);
+    }
+    seen[i] = {start, terms.size(), w, t, ranges.size()};
+    if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
+    ranges.push_back(seen[i]);
+    shares += share;
+    work += w;
+    longest = std::max(longest, t);
+  }
+  batch_bounds out;
+  // zero3: no step is shorter than its gather floor, and a step holds at most x_max tokens per
+  // unit, so the batch needs at least sum_i share_i unit-seconds (DESIGN section 3).
+  out.simple_s = std::max({work / capacity, longest, shares / capacity});
+
+  // Joint: at T every sequence takes its smallest floor among options no slower than T; that
+  // sum only falls as T grows, so sweep T upwards from the longest alone time over the
+  // breakpoints where some sequence gains a cheaper option. With zero3 shares, a step's
+  // unit-seconds cover both its members' floors and their shares, so also every mix
+  // lambda floor + (1 - lambda) share; each lambda gives a valid bound and the largest counts.
+  const std::size_t n = ranges.size();
+  auto joint_at = [&](double lambda) {
+    auto floor_of = [&](const term& x) { return lambda == 1 ? x.floor : lambda * x.floor + (1 - lambda) * x.share; };
+    std::vector<double> floor_at(n);
+    struct event {
+      double time;
+      std::size_t seq;
+      double floor;
+    };
+    std::vector<event> later;
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const priced& r = ranges[i];
+      double w = std::numeric_limits<double>::infinity();
+      if (r.owner < i) {  // a twin: its owner's floor, not yet lowered (the sweep comes after)
+        w = floor_at[r.owner];
+      } else {
+        for (std::size_t o = r.first; o < r.last; ++o)
+          if (terms[o].time <= longest) w = std::min(w, floor_of(terms[o]));
+      }
+      for (std::size_t o = r.first; o < r.last; ++o)
+        if (terms[o].time > longest && floor_of(terms[o]) < w) later.push_back({terms[o].time, i, floor_of(terms[o])});
+      floor_at[i] = w;
+      sum += w;
+    }
+    double joint = std::max(longest, sum / capacity);
+    if (sum / capacity > longest) {
+      std::sort(later.begin(), later.end(), [](const event& a, const event& b) {
+        return a.time != b.time ? a.time < b.time : a.seq != b.seq ? a.seq < b.seq : a.floor < b.floor;
+      });
+      // Below the next breakpoint the sum is constant: T = sum / capacity works if it comes first.
+      for (std::size_t e = 0; e < later.size() && sum / capacity > later[e].time;) {
+        const double at = later[e].time;
+        for (; e < later.size() && later[e].time == at; ++e) {
+          const event& x = later[e];
+          if (x.floor < floor_at[x.seq]) sum -= floor_at[x.seq] - x.floor, floor_at[x.seq] = x.floor;
+        }
+        joint = std::max(at, sum / capacity);
+      }
+    }
+    return joint;
+  };
+  double joint = joint_at(1);
+  if (shares > 0)
+    for (double lambda : {0.75, 0.5, 0.25, 0.0}) joint = std::max(joint, joint_at(lambda));
+  out.joint_s = std::max(joint, out.simple_s);  // equal or above in exact arithmetic; this absorbs rounding
+  return out;
+}
+
+/// `lower_bounds_of` with every block a `buddy_groups` offers.
+template <cost_model C, class LoadAt, class OptionsAt, class TwinAt>
+batch_bounds lower_bounds_of(const C& cost, std::size_t count, LoadAt&& load_at, OptionsAt&& options_at,
+                             TwinAt&& twin_at, std::span<const double> speeds = {}) {
+  return lower_bounds_of(cost, buddy_groups{cost.gpus(), cost.gpus_per_node()}, count,
+                         std::forward<LoadAt>(load_at), std::forward<OptionsAt>(options_at),
+                         std::forward<TwinAt>(twin_at), speeds);
+}
+
+template <cost_model C, group_manager G>
+batch_bounds lower_bounds(const C& cost, const G& groups, std::span<const sequence> batch,
+                          std::span<const double> speeds) {
+  if (capacities_differ(cost)) return lower_bounds(at_largest_capacity(cost), groups, batch, speeds);
+  // In id order: the bounds must not depend on the order a rank received the batch in.
+  std::vector<const sequence*> by_id;
+  by_id.reserve(batch.size());
+  for (const auto& s : batch) by_id.push_back(&s);
+  std::sort(by_id.begin(), by_id.end(), [](const sequence* a, const sequence* b) { return a->id < b->id; });
+  std::vector<typename C::load_type> loads;
+  std::vector<std::vector<sequence_option>> options;
+  loads.reserve(by_id.size());
+  options.reserve(by_id.size());
+  std::vector<int> offered = legal_sp_sizes(cost);  // the sizes with a block: no other option counts
+  std::erase_if(offered, [&](int sp) { return groups.block_count(sp) <= 0; });
+  for (const sequence* q : by_id) {
+    loads.push_back(cost.load_of(*q));
+    options.push_back(options_of(cost, loads.back(), std::span<const int>(offered)));
+  }
+  return lower_bounds_of(
+      cost, groups, loads.size(), [&](std::size_t i) -> const auto& { return loads[i]; },
+      [&](std::size_t i) -> const auto& { return options[i]; }, [](std::size_t i) { return i; }, speeds);
+}
+
+/// The simple lower bound of DESIGN section 3 (`lower_bounds(...).simple_s`).
+template <cost_model C>
+double lower_bound(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
+  return lower_bounds(cost, batch, speeds).simple_s;
+}
+
+/// The joint lower bound of DESIGN section 3 (`lower_bounds(...).joint_s`).
+template <cost_model C>
+double joint_lower_bound(const C& cost, std::span<const sequence> batch, std::span<const double> speeds = {}) {
+  return lower_bounds(cost, batch, speeds).joint_s;
+}
+
+}  // namespace dcp
