@@ -174,6 +174,27 @@ TEST(mixed_cluster, slow_nodes_get_less_work) {
   EXPECT_GT(p.efficiency(), 0.9);
 }
 
+// The longest single-GPU sequences go where they end first: with every GPU idle, that is an H200
+// (an A100 would take 989 / 312 as long), so they never set the makespan from an A100.
+TEST(mixed_cluster, the_longest_single_gpu_sequences_run_where_they_end_first) {
+  dcp_test::rng r(2305);
+  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200x1"));
+  const dcp::planning_context ctx{c, dcp::selective_recompute{}, dcp::contiguous_groups{16, 8}};
+  for (int trial = 0; trial < 6; ++trial) {
+    std::vector<dcp::sequence> batch;
+    const std::int64_t longest = r.between(8, 16), n = longest + r.between(100, 400);
+    for (std::int64_t i = 0; i < n; ++i)
+      batch.push_back(dcp::make_sequence(i, i < longest ? r.between(6000, 9000) : r.log_between(256, 2048)));
+    const dcp::plan p = dcp::dcp_planner{}.plan(ctx, batch);
+    ASSERT_TRUE(dcp::plan_violations(p, batch, c, ctx.groups).empty()) << trial;
+    for (const auto& s : p.steps)
+      if (s.sp() == 1 && s.ranks.first < 8)
+        for (const auto& q : s.sequences)
+          EXPECT_GE(q.id, longest) << "trial " << trial << ": a long sequence on an A100, rank " << s.ranks.first;
+    EXPECT_GT(p.efficiency(), 0.85) << trial;
+  }
+}
+
 // The executor charges every GPU against its own capacity: a plan made as if every node were an
 // H200 runs out of memory on the H100 nodes, and only there.
 TEST(mixed_cluster, the_executor_charges_each_gpu_against_its_own_capacity) {

@@ -11,8 +11,8 @@
 ///    group manager's block that is free earliest (or, with a makespan target, the latest-free block
 ///    where the step still ends within it); placing wide before narrow keeps every block's
 ///    members free at the same instant (no gang gaps);
-/// 4. fluid-level sequences (sp = 1 by default) are assigned longest first to the least loaded
-///    block of the level, packed per block first-fit-decreasing into micro-steps that need no
+/// 4. fluid-level sequences (sp = 1 by default) are assigned longest first to the block of the
+///    level where they end first (the least loaded, where every GPU has one speed), packed per block first-fit-decreasing into micro-steps that need no
 ///    recomputation (DCP-inter: every GPU accumulates as many micro-steps as it needs to finish
 ///    with the others);
 /// 5. candidates: sparse batches (under 16 sequences per GPU) also plan with a makespan target
@@ -717,7 +717,7 @@ class dcp_planning {
       b.place(b.make_step(sequences_of(g), fit_ready >= 0 ? fit : best, at.k, at.ring));
     }
 
-    // Fluid: longest first to the least loaded block of the fluid level (GPUs at sp = 1).
+    // Fluid: longest first to the block of the fluid level (GPUs at sp = 1) where it ends first.
     const int sp = sps_.empty() ? 1 : sps_[level];
     const int n = groups.block_count(sp);
     std::vector<std::vector<std::size_t>> on(static_cast<std::size_t>(n));
@@ -742,14 +742,26 @@ class dcp_planning {
       for (const fluid_key& key : keys) spare[at[(key.order >> shift) & 2047]++] = key;
       keys.swap(spare);
     }
-    // One queue of blocks per capacity class: a sequence goes to the least loaded block of the
-    // classes that hold it (`least_class`), so none lands where it does not fit.
+    // One queue of blocks per capacity class and speed: a sequence goes to the block where it
+    // ends first (its load plus the sequence's time there) among the classes that hold it
+    // (`least_class`), so none lands where it does not fit and the longest go to fast GPUs.
+    // Within a queue every block has one speed, so the least loaded is where it ends first.
     using slot = std::pair<double, int>;
-    std::vector<std::priority_queue<slot, std::vector<slot>, std::greater<>>> least(classes());
+    struct lane {
+      std::size_t cls;
+      double speed;
+      std::priority_queue<slot, std::vector<slot>, std::greater<>> blocks;
+    };
+    std::vector<lane> lanes;
     block_class_.assign(static_cast<std::size_t>(n), 0);
     for (int u = 0; u < n; ++u) {
-      block_class_[static_cast<std::size_t>(u)] = class_of(groups.block(sp, u));
-      least[block_class_[static_cast<std::size_t>(u)]].push({b.ready(groups.block(sp, u)), u});
+      const rank_block blk = groups.block(sp, u);
+      const std::size_t c = class_of(blk);
+      const double v = b.speed_of(blk);
+      block_class_[static_cast<std::size_t>(u)] = c;
+      auto at = std::find_if(lanes.begin(), lanes.end(), [&](const lane& l) { return l.cls == c && l.speed == v; });
+      if (at == lanes.end()) at = lanes.insert(lanes.end(), lane{c, v, {}});
+      at->blocks.push({b.ready(blk), u});
     }
     // Once per shape: sequences of one shape share their load (`twin_`), so their least class.
     fluid_class_.assign(items_.size(), classes());
@@ -760,15 +772,19 @@ class dcp_planning {
       fluid_class_[key.index] = shape;
     }
     for (const fluid_key& key : keys) {
-      std::size_t c = classes();
-      for (std::size_t d = fluid_class_[key.index]; d < classes(); ++d)
-        if (!least[d].empty() && (c == classes() || least[d].top() < least[c].top())) c = d;
-      check(c < classes(), errc::infeasible,
-            [] { return std::string("dcp planner: no block holds a fluid sequence"); });
-      auto [load, u] = least[c].top();
-      least[c].pop();
+      const double work = key.estimate() / sp;
+      lane* pick = nullptr;
+      double pick_end = 0;
+      for (lane& l : lanes) {  // ends first; ties: the less loaded, then the lower block
+        if (l.cls < fluid_class_[key.index] || l.blocks.empty()) continue;
+        const double end = l.blocks.top().first + work / l.speed;
+        if (!pick || end < pick_end || (end == pick_end && l.blocks.top() < pick->blocks.top())) pick = &l, pick_end = end;
+      }
+      check(pick != nullptr, errc::infeasible, [] { return std::string("dcp planner: no block holds a fluid sequence"); });
+      auto [load, u] = pick->blocks.top();
+      pick->blocks.pop();
       on[static_cast<std::size_t>(u)].push_back(key.index);
-      least[c].push({load + key.estimate() / sp / b.speed_of(groups.block(sp, u)), u});
+      pick->blocks.push({load + work / pick->speed, u});
     }
     std::vector<std::vector<step_group>> steps(static_cast<std::size_t>(n));
     std::set<slot> finish;
