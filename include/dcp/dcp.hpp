@@ -35,9 +35,11 @@
 #include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/json_reader.hpp>
 #include <dcp/layout.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/model_concepts.hpp>
+#include <dcp/model/spec_json.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/check_plan.hpp>

@@ -26,6 +26,7 @@
 
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
+#include <dcp/json_reader.hpp>
 
 namespace dcp {
 
@@ -34,41 +35,35 @@ inline constexpr std::string_view cluster_format = "dcp.cluster/v1";
 /// The nodes a `dcp.cluster/v1` document lists, one device per node in rank order. Throws
 /// `dcp::error(errc::parse_error)` naming `source` and the field unless the document is one.
 inline std::vector<device_spec> read_cluster_json(std::istream& in, const std::string& source = "cluster") {
-  auto fail = [&](const std::string& why) { throw error(errc::parse_error, source + ": " + why); };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("not valid JSON (") + e.what() + ")");
-  }
-  if (!j.is_object() || !j.contains("format") || j["format"] != cluster_format)
-    fail("not a " + std::string(cluster_format) + " document (its \"format\" must be \"" + std::string(cluster_format) +
-         "\")");
+  const json_reader r(source + ": ");
+  const nlohmann::json j = r.parse(in);
+  r.expect_format(j, {cluster_format});
   for (const auto& [key, value] : j.items())
-    if (key != "format" && key != "nodes") fail("unknown key \"" + key + "\"; a cluster has \"format\" and \"nodes\"");
+    if (key != "format" && key != "nodes")
+      r.fail("unknown key \"" + key + "\"; a cluster has \"format\" and \"nodes\"");
   if (!j.contains("nodes") || !j["nodes"].is_array() || j["nodes"].empty())
-    fail("\"nodes\" must be a non-empty array of {\"device\", \"count\"}");
+    r.fail("\"nodes\" must be a non-empty array of {\"device\", \"count\"}");
   std::vector<device_spec> out;
   for (std::size_t i = 0; i < j["nodes"].size(); ++i) {
     const auto& e = j["nodes"][i];
     const std::string where = "nodes[" + std::to_string(i) + "]";
     if (!e.is_object() || !e.contains("device") || !e["device"].is_string())
-      fail(where + " needs a \"device\" preset name");
+      r.fail(where + " needs a \"device\" preset name");
     device_spec d;
     try {
       d = devices::preset(e["device"].get<std::string>());
     } catch (const error& x) {
-      fail(where + ": " + x.what());
+      r.fail(where + ": " + x.what());
     }
     std::int64_t count = 1;
     for (const auto& [key, value] : e.items()) {
       if (key == "device") continue;
       if (!value.is_number() || !std::isfinite(value.get<double>()))
-        fail(where + " \"" + key + "\" = " + value.dump() + " is not a finite number");
+        r.fail(where + " \"" + key + "\" = " + value.dump() + " is not a finite number");
       const double v = value.get<double>();
       if (key == "count") {
         if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > 65536)
-          fail(where + " \"count\" = " + value.dump() + " must be an integer in [1, 65536]");
+          r.fail(where + " \"count\" = " + value.dump() + " must be an integer in [1, 65536]");
         count = value.get<std::int64_t>();
       } else if (key == "peak") {
         d.peak = v;
@@ -79,13 +74,13 @@ inline std::vector<device_spec> read_cluster_json(std::istream& in, const std::s
       } else if (key == "usable") {
         d.usable = v;
       } else {
-        fail(where + ": unknown key \"" + key + "\"; an entry may set count, peak, eff_max, mem_bytes and usable");
+        r.fail(where + ": unknown key \"" + key + "\"; an entry may set count, peak, eff_max, mem_bytes and usable");
       }
     }
     try {
       validate(d);
     } catch (const error& x) {
-      fail(where + ": " + x.what());
+      r.fail(where + ": " + x.what());
     }
     out.insert(out.end(), static_cast<std::size_t>(count), d);
   }

@@ -20,7 +20,8 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/error.hpp>
-#include <dcp/model/transformer.hpp>
+#include <dcp/json_reader.hpp>
+#include <dcp/model/spec_json.hpp>
 
 namespace dcp {
 
@@ -42,10 +43,7 @@ inline void write_fit(std::ostream& out, const fitted_cost& c) {
   j["gpus"] = c.gpus();
   j["memory_margin"] = c.memory_margin;
   j["recompute_ratio"] = c.recompute_ratio;
-  j["model"] = {{"name", m.name},           {"blocks", m.blocks},
-                {"hidden", m.hidden},       {"heads", m.heads},
-                {"mlp_width", m.mlp_width}, {"mlp_matrices", m.mlp_matrices},
-                {"attention", to_string(m.attention)}, {"text_tokens", m.text_tokens}};
+  j["model"] = nlohmann::json(spec_to_json(m));
   j["device"] = {{"name", d.name},         {"peak", d.peak},         {"eff_max", d.eff_max},
                  {"x_half", d.x_half},     {"alpha", d.alpha},       {"tau", d.tau},
                  {"bw_intra", d.bw_intra}, {"bw_inter", d.bw_inter}, {"gpus_per_node", d.gpus_per_node},
@@ -65,48 +63,17 @@ inline void write_fit(std::ostream& out, const fitted_cost& c) {
 /// missing or mistyped field is a `dcp::error` (parse_error); a negative or non-finite
 /// coefficient, an invalid model or device one with invalid_argument.
 inline fitted_cost read_fit(std::istream& in, std::string_view source = "fit") {
-  const std::string src(source);
-  auto fail = [&](const std::string& what) -> void {
-    throw error(errc::parse_error, std::string(fit_format) + " '" + src + "': " + what);
-  };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("not valid JSON (") + e.what() + ")");
-  }
-  auto integer = [&](const nlohmann::json& v, const char* field) -> std::int64_t {
-    const bool ok = (v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= (std::int64_t{1} << 40)) ||
-                    (v.is_number_unsigned() && v.get<std::uint64_t>() <= (std::uint64_t{1} << 40));
-    if (!ok) fail(std::string("field '") + field + "' = " + v.dump() + " is not a non-negative integer in range");
-    return v.get<std::int64_t>();
-  };
-  auto number = [&](const nlohmann::json& o, const char* field) -> double {
-    const auto& v = o.at(field);
-    if (!v.is_number()) fail(std::string("field '") + field + "' = " + v.dump() + " is not a number");
-    return v.get<double>();
-  };
+  const json_reader r(std::string(fit_format) + " '" + std::string(source) + "': ");
+  const nlohmann::json j = r.parse(in);
+  auto integer = [&](const nlohmann::json& v, const char* field) { return r.integer(v, field, 0, std::int64_t{1} << 40); };
+  auto number = [&](const nlohmann::json& o, const char* field) { return r.number(o.at(field), field); };
   fitted_cost c;
-  try {
-    if (!j.is_object() || j.value("format", std::string()) != fit_format)
-      fail("unknown format '" + (j.is_object() ? j.value("format", std::string()) : std::string()) +
-           "'; expected \"dcp.fit/v1\"");
+  r.fields([&] {
+    r.expect_format(j, {fit_format});
     c.shape.parallel.gpus = static_cast<int>(integer(j.at("gpus"), "gpus"));
     c.memory_margin = number(j, "memory_margin");
     if (j.contains("recompute_ratio")) c.recompute_ratio = number(j, "recompute_ratio");  // 1 before it was fitted
-    const auto& m = j.at("model");
-    c.shape.model.name = m.at("name").get<std::string>();
-    c.shape.model.blocks = static_cast<int>(integer(m.at("blocks"), "model.blocks"));
-    c.shape.model.hidden = integer(m.at("hidden"), "model.hidden");
-    c.shape.model.heads = static_cast<int>(integer(m.at("heads"), "model.heads"));
-    c.shape.model.mlp_width = integer(m.at("mlp_width"), "model.mlp_width");
-    c.shape.model.mlp_matrices = static_cast<int>(integer(m.at("mlp_matrices"), "model.mlp_matrices"));
-    const auto att = m.at("attention").get<std::string>();
-    if (att == "full") c.shape.model.attention = attention_kind::full;
-    else if (att == "causal") c.shape.model.attention = attention_kind::causal;
-    else if (att == "factorized_2d") c.shape.model.attention = attention_kind::factorized_2d;
-    else fail("model.attention = '" + att + "'; use full, causal or factorized_2d");
-    c.shape.model.text_tokens = integer(m.at("text_tokens"), "model.text_tokens");
+    c.shape.model = spec_from_json(j.at("model"), r);
     const auto& d = j.at("device");
     auto& dv = c.shape.device;
     dv.name = d.at("name").get<std::string>();
@@ -121,14 +88,12 @@ inline fitted_cost read_fit(std::istream& in, std::string_view source = "fit") {
               number(k, "inter_byte_s"),  number(k, "message_s"),        number(k, "block_pass_s"),
               number(k, "static_bytes"),  number(k, "activation_bytes"), number(k, "checkpoint_bytes")};
     if (j.contains("residuals")) {
-      const auto& r = j["residuals"];
-      c.residuals = {integer(r.at("time_points"), "residuals.time_points"),
-                     integer(r.at("memory_points"), "residuals.memory_points"),
-                     number(r, "time_rms"), number(r, "time_max"), number(r, "memory_rms"), number(r, "memory_max")};
+      const auto& res = j.at("residuals");
+      c.residuals = {integer(res.at("time_points"), "residuals.time_points"),
+                     integer(res.at("memory_points"), "residuals.memory_points"),
+                     number(res, "time_rms"), number(res, "time_max"), number(res, "memory_rms"), number(res, "memory_max")};
     }
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("missing or mistyped field (") + e.what() + ")");
-  }
+  });
   c.validate();
   return c;
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dcp/error.hpp>
+#include <dcp/json_reader.hpp>
 #include <dcp/model/transformer.hpp>
 
 namespace dcp::models {
@@ -22,19 +23,14 @@ namespace dcp::models {
 /// Throws a `dcp::error` (errc::parse_error) naming any missing, mistyped or inconsistent field.
 inline transformer_spec from_config_json(const nlohmann::json& j, std::string_view source = "config.json") {
   const std::string src(source);
-  auto fail = [&](const std::string& what) -> void {
-    throw error(errc::parse_error, "model config '" + src + "': " + what);
-  };
+  const json_reader r("model config '" + src + "': ");
+  const auto fail = [&](const std::string& what) { r.fail(what); };
   if (!j.is_object()) fail("not a JSON object");
   // The first of `names` present, as a positive integer; `required` makes its absence an error.
   auto integer = [&](std::initializer_list<const char*> names, bool required, std::int64_t fallback) -> std::int64_t {
     for (const char* n : names) {
       if (!j.contains(n) || j.at(n).is_null()) continue;
-      const auto& v = j.at(n);
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
-          v.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max())
-        fail(std::string("field '") + n + "' = " + v.dump() + " is not a non-negative integer in range");
-      return v.get<std::int64_t>();
+      return r.integer(j.at(n), n, 0, std::numeric_limits<std::int32_t>::max());
     }
     if (required) {
       std::string list;
@@ -120,13 +116,7 @@ inline transformer_spec from_config_json(const nlohmann::json& j, std::string_vi
 
 /// The model of a `config.json` read from `in`; `source` names it in errors.
 inline transformer_spec from_config(std::istream& in, std::string_view source = "config.json") {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw error(errc::parse_error, "model config '" + std::string(source) + "': not valid JSON (" + e.what() + ")");
-  }
-  return from_config_json(j, source);
+  return from_config_json(json_reader("model config '" + std::string(source) + "': ").parse(in), source);
 }
 
 /// The model of the `config.json` at `path`.

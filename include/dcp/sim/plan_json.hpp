@@ -60,40 +60,14 @@
 #include <dcp/cost/cost_sum.hpp>
 #include <dcp/cost/device.hpp>
 #include <dcp/error.hpp>
+#include <dcp/json_reader.hpp>
+#include <dcp/model/spec_json.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/infer_rounds.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp::sim {
-
-/// The preset fields of a model.
-inline nlohmann::ordered_json to_json(const transformer_spec& m) {
-  return {{"name", m.name},
-          {"blocks", m.blocks},
-          {"hidden", m.hidden},
-          {"heads", m.heads},
-          {"mlp_width", m.mlp_width},
-          {"mlp_matrices", m.mlp_matrices},
-          {"attention", to_string(m.attention)},
-          {"text_tokens", m.text_tokens}};
-}
-
-/// The preset fields plus the DESIGN section 4.1 extensions a model sets (0: absent).
-inline nlohmann::ordered_json to_json_with_extensions(const transformer_spec& m) {
-  nlohmann::ordered_json j = to_json(m);
-  auto put = [&](const char* key, std::int64_t v) {
-    if (v != 0) j[key] = v;
-  };
-  put("kv_heads", m.kv_heads);
-  put("head_dim", m.head_dim);
-  put("cross_attention_tokens", m.cross_attention_tokens);
-  put("experts", m.experts);
-  put("experts_per_token", m.experts_per_token);
-  put("expert_width", m.expert_width);
-  put("shared_experts", m.shared_experts);
-  return j;
-}
 
 /// The cost constants of a device.
 inline nlohmann::ordered_json to_json(const device_spec& d) {
@@ -196,8 +170,8 @@ nlohmann::ordered_json plan_json(const C& cost, std::span<const plan> plans) {
   doc["method"] = plans.empty() ? std::string() : plans.front().method;
   doc["layout"] = to_json(parallel_layout(cost.layout()));
   doc["memory_capacity_bytes"] = cost.capacity();
-  if constexpr (requires { to_json_with_extensions(trained.model); })
-    doc["model"] = to_json_with_extensions(trained.model);
+  if constexpr (requires { spec_to_json(trained.model); })
+    doc["model"] = spec_to_json(trained.model);
   else
     doc["model"] = {{"name", "custom"}, {"blocks", cost.blocks()}, {"heads", cost.heads()}};
   if constexpr (requires { to_json(trained.device); })
@@ -252,49 +226,22 @@ struct plan_document {
 /// or mistyped field, or a step whose ranks are not `sp` consecutive GPUs inside the job.
 inline plan_document read_plan_json(std::istream& in, std::string_view source = "plan") {
   const std::string src(source);
-  std::string format = "dcp.plan";  // the version once known
-  auto fail = [&](const std::string& what) -> void {
-    throw error(errc::parse_error, format + " '" + src + "': " + what);
+  json_reader reader("dcp.plan '" + src + "': ");  // the version once known
+  const auto fail = [&](const std::string& what) { reader.fail(what); };
+  const nlohmann::json j = reader.parse(in);
+  const auto integer = [&](const nlohmann::json& v, const std::string& field, std::int64_t lo, std::int64_t hi) {
+    return reader.integer(v, field, lo, hi);
   };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("not valid JSON (") + e.what() + ")");
-  }
-  // Integers must be JSON integers in range (get<int>() on 1e54 is undefined behaviour).
-  auto integer = [&](const nlohmann::json& v, const std::string& field, std::int64_t lo, std::int64_t hi) {
-    bool ok = false;
-    std::int64_t x = 0;
-    if (v.is_number_unsigned()) {
-      const auto u = v.get<std::uint64_t>();
-      ok = u <= static_cast<std::uint64_t>(hi);
-      x = ok ? static_cast<std::int64_t>(u) : 0;
-      ok = ok && x >= lo;
-    } else if (v.is_number_integer()) {
-      x = v.get<std::int64_t>();
-      ok = x >= lo && x <= hi;
-    }
-    if (!ok) fail("field '" + field + "' = " + v.dump() + " is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-  };
-  auto number = [&](const nlohmann::json& v, const std::string& field) {
-    if (!v.is_number() || !std::isfinite(v.get<double>())) fail("field '" + field + "' = " + v.dump() + " is not a finite number");
-    return v.get<double>();
-  };
-  auto at = [&](const nlohmann::json& o, const char* key, const std::string& where) -> const nlohmann::json& {
-    if (!o.is_object() || !o.contains(key)) fail(where + " has no \"" + key + "\"");
-    return o.at(key);
+  const auto number = [&](const nlohmann::json& v, const std::string& field) { return reader.number(v, field); };
+  const auto at = [&](const nlohmann::json& o, const char* key, const std::string& where) -> const nlohmann::json& {
+    return reader.at(o, key, where);
   };
   constexpr std::int64_t int_max = std::numeric_limits<int>::max(), i64_max = std::numeric_limits<std::int64_t>::max();
   plan_document doc;
   bool rounds_given = false;
   try {
-    const std::string f = j.is_object() && j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
-    if (f != plan_format && f != "dcp.plan/v2" && f != "dcp.plan/v1")
-      fail("unknown format '" + f + "'; expected \"" + std::string(plan_format) +
-           "\" (or \"dcp.plan/v2\", \"dcp.plan/v1\")");
-    format = f;
+    const std::string format = reader.expect_format(j, {plan_format, "dcp.plan/v2", "dcp.plan/v1"});
+    reader.set_prefix(format + " '" + src + "': ");
     doc.method = at(j, "method", "the document").get<std::string>();
     parallel_layout& l = doc.layout;
     if (format == plan_format) {

@@ -1,0 +1,89 @@
+#pragma once
+/// \file
+/// A `transformer_spec` as JSON, the one form every dcp document uses for its model (profiles,
+/// fits, plans): the preset fields always, the DESIGN section 4.1 extensions where a model sets
+/// them. Reading takes what an older file omits at its default, and nothing else: every field
+/// that changes cost round-trips.
+///
+/// \code
+/// {"name": "qwen3-30b-a3b", "blocks": 48, "hidden": 2048, "heads": 32, "mlp_width": 6144,
+///  "mlp_matrices": 3, "attention": "causal", "text_tokens": 0, "kv_heads": 4, "head_dim": 128,
+///  "experts": 128, "experts_per_token": 8, "expert_width": 768}
+/// \endcode
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <dcp/json_reader.hpp>
+#include <dcp/model/transformer.hpp>
+
+namespace dcp {
+
+/// `m` as JSON (keys in the order above).
+inline nlohmann::ordered_json spec_to_json(const transformer_spec& m) {
+  nlohmann::ordered_json j = {{"name", m.name},
+                              {"blocks", m.blocks},
+                              {"hidden", m.hidden},
+                              {"heads", m.heads},
+                              {"mlp_width", m.mlp_width},
+                              {"mlp_matrices", m.mlp_matrices},
+                              {"attention", to_string(m.attention)},
+                              {"text_tokens", m.text_tokens}};
+  auto put = [&](const char* key, std::int64_t v) {
+    if (v != 0) j[key] = v;
+  };
+  put("kv_heads", m.kv_heads);
+  put("head_dim", m.head_dim);
+  put("cross_attention_tokens", m.cross_attention_tokens);
+  put("experts", m.experts);
+  put("experts_per_token", m.experts_per_token);
+  put("expert_width", m.expert_width);
+  put("shared_experts", m.shared_experts);
+  return j;
+}
+
+/// The model `j` describes (`where` names it in errors: "model"). name, blocks, hidden, heads and
+/// mlp_width are required; mlp_matrices (2), attention (full), text_tokens and the extensions (0)
+/// may be absent. Integers are checked as JSON integers in range; the caller validates the model.
+inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reader& r,
+                                       const std::string& where = "model") {
+  transformer_spec m;
+  const auto required = [&](const char* key) -> const nlohmann::json& { return r.at(j, key, "\"" + where + "\""); };
+  const auto field = [&](const char* key) { return where + "." + key; };
+  const auto optional = [&]<class Int>(const char* key, Int fallback) -> Int {
+    return j.contains(key) ? r.integer_as<Int>(j.at(key), field(key)) : fallback;
+  };
+  const auto& name = required("name");
+  if (!name.is_string()) r.fail("field '" + field("name") + "' = " + name.dump() + " is not a string");
+  m.name = name.get<std::string>();
+  m.blocks = r.integer_as<int>(required("blocks"), field("blocks"));
+  m.hidden = r.integer_as<std::int64_t>(required("hidden"), field("hidden"));
+  m.heads = r.integer_as<int>(required("heads"), field("heads"));
+  m.mlp_width = r.integer_as<std::int64_t>(required("mlp_width"), field("mlp_width"));
+  m.mlp_matrices = optional("mlp_matrices", 2);
+  if (j.contains("attention")) {
+    const auto& a = j.at("attention");
+    const std::string att = a.is_string() ? a.get<std::string>() : a.dump();
+    if (att == "full")
+      m.attention = attention_kind::full;
+    else if (att == "causal")
+      m.attention = attention_kind::causal;
+    else if (att == "factorized_2d")
+      m.attention = attention_kind::factorized_2d;
+    else
+      r.fail(field("attention") + " = '" + att + "'; use full, causal or factorized_2d");
+  }
+  m.text_tokens = optional("text_tokens", std::int64_t{0});
+  m.kv_heads = optional("kv_heads", 0);
+  m.head_dim = optional("head_dim", std::int64_t{0});
+  m.cross_attention_tokens = optional("cross_attention_tokens", std::int64_t{0});
+  m.experts = optional("experts", 0);
+  m.experts_per_token = optional("experts_per_token", 0);
+  m.expert_width = optional("expert_width", std::int64_t{0});
+  m.shared_experts = optional("shared_experts", 0);
+  return m;
+}
+
+}  // namespace dcp
