@@ -98,84 +98,12 @@ template <class S, class P> struct override_of<use<S, P>> {
 };
 
 
-// One diagnostic per slot: the concept's named requirements in order, and a static_assert for
-// the first one P misses (only that branch is instantiated), so the message says what to add.
-// DCP_FIRST_UNMET_ is one link of such a chain (string literals only: static_assert needs one).
-#define DCP_FIRST_UNMET_(slot_name, concept_name, requirement, members)                                      \
-  else if constexpr (!requirement<P>) static_assert(                                                         \
-      requirement<P>, "dcp::policies: slot '" slot_name "' needs a model of dcp::" concept_name               \
-                      "; first unmet requirement: " #requirement " (" members "). Fix: put this policy in the " \
-                      "slot its concept names, or complete its interface.");
-// The last link: a policy that meets every listed requirement but not the concept means the
-// concept gained a requirement its chain does not list; that is an error, never the defaults.
-#define DCP_ALL_LISTED_(slot_name, concept_name, concept)                                                       \
-  else if constexpr (!concept<P>) static_assert(                                                               \
-      concept<P>, "dcp::policies: slot '" slot_name "': the policy meets every requirement the diagnosis lists " \
-                  "but does not model dcp::" concept_name "; add the concept's new requirement to its chain in "   \
-                  "dcp/policies.hpp");
-
-template <class P>
-constexpr bool diagnose(slot::cost) {
-  if constexpr (false) {
-  }
-  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_opts_in, "`using policy_concept = dcp::cost_model_tag;`")
-  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_additive_load, "a regular `load_type` with a + b and a - b")
-  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_reads_sequences, "load_of(seq) -> load_type, tokens_of(seq)")
-  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_prices_steps, "time, memory, work_floor of (load, sp, k)")
-  DCP_FIRST_UNMET_("cost", "cost_model", cost_model_describes_job,
-                   "layout, capacity, blocks, gpus, gpus_per_node, heads")
-  DCP_ALL_LISTED_("cost", "cost_model", cost_model)
-  return cost_model<P>;
-}
-template <class P>
-constexpr bool diagnose(slot::bucketing) {
-  if constexpr (false) {
-  }
-  DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_opts_in, "`using policy_concept = dcp::bucketing_tag;`")
-  DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_regular, "copyable, default-constructible, ==")
-  DCP_FIRST_UNMET_("bucketing", "bucketing", bucketing_maps_lengths, "bucket_count, bucket_of, representative")
-  DCP_ALL_LISTED_("bucketing", "bucketing", dcp::bucketing)
-  return dcp::bucketing<P>;
-}
-template <class P>
-constexpr bool diagnose(slot::groups) {
-  if constexpr (false) {
-  }
-  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_opts_in, "`using policy_concept = dcp::group_manager_tag;`")
-  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_regular, "copyable, default-constructible, ==")
-  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_lays_out_blocks,
-                   "gpus, gpus_per_node, block_count, block, block_of")
-  DCP_FIRST_UNMET_("groups", "group_manager", group_manager_validates, "validate()")
-  DCP_ALL_LISTED_("groups", "group_manager", group_manager)
-  return group_manager<P>;
-}
-template <class P>
-constexpr bool diagnose(slot::recompute) {
-  if constexpr (false) {
-  }
-  DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_opts_in,
-                   "`using policy_concept = dcp::recompute_policy_tag;`")
-  DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_regular, "copyable, default-constructible, ==")
-  DCP_FIRST_UNMET_("recompute", "recompute_policy", recompute_policy_chooses,
-                   "choose(cost, load, sp) -> std::optional<int> for any cost model")
-  DCP_ALL_LISTED_("recompute", "recompute_policy", recompute_policy)
-  return recompute_policy<P>;
-}
-template <class P>
-constexpr bool diagnose(slot::planner) {
-  if constexpr (false) {
-  }
-  DCP_FIRST_UNMET_("planner", "planner", planner_opts_in, "`using policy_concept = dcp::planner_tag;`")
-  DCP_FIRST_UNMET_("planner", "planner", planner_regular, "copyable, default-constructible, ==")
-  DCP_FIRST_UNMET_("planner", "planner", planner_named, "name() -> std::string")
-  DCP_FIRST_UNMET_("planner", "planner", planner_plans,
-                   "plan(ctx, batch) -> dcp::plan for a dcp::planning_context of any cost model, recompute policy "
-                   "and group manager")
-  DCP_ALL_LISTED_("planner", "planner", dcp::planner)
-  return dcp::planner<P>;
-}
-#undef DCP_FIRST_UNMET_
-#undef DCP_ALL_LISTED_
+// One diagnosis per slot, next to its concept: the first requirement the policy misses.
+template <class P> constexpr bool diagnose(slot::cost) { return diagnose_cost_model<P>(); }
+template <class P> constexpr bool diagnose(slot::bucketing) { return diagnose_bucketing<P>(); }
+template <class P> constexpr bool diagnose(slot::groups) { return diagnose_group_manager<P>(); }
+template <class P> constexpr bool diagnose(slot::recompute) { return diagnose_recompute_policy<P>(); }
+template <class P> constexpr bool diagnose(slot::planner) { return diagnose_planner<P>(); }
 
 template <class O>
 constexpr bool check_override() {

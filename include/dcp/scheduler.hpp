@@ -141,28 +141,11 @@ namespace detail {
 template <class P> inline constexpr bool is_policy_bundle = false;
 template <class... O> inline constexpr bool is_policy_bundle<policies<O...>> = true;
 
-// The model_spec requirement Model misses first, as one readable static_assert.
-template <class M>
-constexpr bool check_model() {
-  if constexpr (!model_spec_opts_in<M>)
-    static_assert(model_spec_opts_in<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
-                                         "model_spec_opts_in (`using policy_concept = dcp::model_spec_tag;`)");
-  else if constexpr (!model_spec_sizes<M>)
-    static_assert(model_spec_sizes<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
-                                       "model_spec_sizes (blocks, hidden, heads, mlp_width, mlp_matrices)");
-  else if constexpr (!model_spec_attention<M>)
-    static_assert(model_spec_attention<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
-                                           "model_spec_attention (attention, text_tokens)");
-  else if constexpr (!model_spec_parameters<M>)
-    static_assert(model_spec_parameters<M>, "dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: "
-                                            "model_spec_parameters (block_parameters(), parameters())");
-  return model_spec<M>;
-}
 }  // namespace detail
 
 template <class Model, communicator Comm, class Policies = default_policies>
 class scheduler {
-  static_assert(detail::check_model<Model>());
+  static_assert(diagnose_model_spec<Model>());
   // An invalid bundle already failed with its own message (and falls back to the defaults).
   static_assert(detail::is_policy_bundle<Policies>,
                 "dcp::scheduler: the third parameter must be a dcp::policies<...> bundle; "

@@ -2,7 +2,7 @@
 // which model_spec requirement is missing, instead of failing deep inside the cost model. Twin:
 // the same type with the member, planned with the default analytic cost model (no conversion to
 // transformer_spec needed).
-// dcp-expect-error: dcp::scheduler: Model needs to model dcp::model_spec; first unmet requirement: model_spec_attention
+// dcp-expect-error: dcp::scheduler: Model needs a model of dcp::model_spec; first unmet requirement: model_spec_attention
 #include <cstdint>
 #include <type_traits>
 

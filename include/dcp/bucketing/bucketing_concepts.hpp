@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <dcp/concept_diagnosis.hpp>
+
 namespace dcp {
 
 struct bucketing_tag {};
@@ -37,5 +39,22 @@ concept bucketing_maps_lengths = requires(const B& b, std::int64_t n, std::size_
 
 template <class B>
 concept bucketing = bucketing_opts_in<B> && bucketing_regular<B> && bucketing_maps_lengths<B>;
+
+/// The first requirement of `bucketing` that P misses, as one static_assert; true when P models it.
+template <class P>
+constexpr bool diagnose_bucketing() {
+  if constexpr (false) {
+  }
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'bucketing'", "bucketing", bucketing_opts_in,
+                     "`using policy_concept = dcp::bucketing_tag;`")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'bucketing'", "bucketing", bucketing_regular,
+                     "copyable, default-constructible, ==")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'bucketing'", "bucketing", bucketing_maps_lengths,
+                     "bucket_count, bucket_of, representative")
+  DCP_DIAGNOSE_ALL_LISTED("dcp::policies: slot 'bucketing'", "bucketing", dcp::bucketing,
+                          "dcp/bucketing/bucketing_concepts.hpp")
+  return dcp::bucketing<P>;
+}
+
 
 }  // namespace dcp

@@ -52,6 +52,7 @@
 #include <concepts>
 #include <cstdint>
 
+#include <dcp/concept_diagnosis.hpp>
 #include <dcp/layout.hpp>
 #include <dcp/sequence.hpp>
 
@@ -98,6 +99,27 @@ concept cost_model_describes_job = requires(const C& c) {
 template <class C>
 concept cost_model = cost_model_opts_in<C> && cost_model_additive_load<C> && cost_model_reads_sequences<C> &&
                      cost_model_prices_steps<C> && cost_model_describes_job<C>;
+
+/// The first requirement of `cost_model` that P misses, as one static_assert (`dcp::policies`'
+/// cost slot); true when P models it.
+template <class P>
+constexpr bool diagnose_cost_model() {
+  if constexpr (false) {
+  }
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'cost'", "cost_model", cost_model_opts_in,
+                     "`using policy_concept = dcp::cost_model_tag;`")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'cost'", "cost_model", cost_model_additive_load,
+                     "a regular `load_type` with a + b and a - b")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'cost'", "cost_model", cost_model_reads_sequences,
+                     "load_of(seq) -> load_type, tokens_of(seq)")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'cost'", "cost_model", cost_model_prices_steps,
+                     "time, memory, work_floor of (load, sp, k)")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'cost'", "cost_model", cost_model_describes_job,
+                     "layout, capacity, blocks, gpus, gpus_per_node, heads")
+  DCP_DIAGNOSE_ALL_LISTED("dcp::policies: slot 'cost'", "cost_model", cost_model, "dcp/cost/cost_concepts.hpp")
+  return cost_model<P>;
+}
+
 
 /// A cost model that checks its own parameters (see the file comment for the law).
 template <class C>

@@ -31,6 +31,7 @@
 
 #include <concepts>
 
+#include <dcp/concept_diagnosis.hpp>
 #include <dcp/layout.hpp>
 
 namespace dcp {
@@ -61,5 +62,24 @@ concept group_manager_validates = requires(const G& g) { g.validate(); };
 template <class G>
 concept group_manager = group_manager_opts_in<G> && group_manager_regular<G> && group_manager_lays_out_blocks<G> &&
                         group_manager_validates<G>;
+
+/// The first requirement of `group_manager` that P misses, as one static_assert; true when P
+/// models it.
+template <class P>
+constexpr bool diagnose_group_manager() {
+  if constexpr (false) {
+  }
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'groups'", "group_manager", group_manager_opts_in,
+                     "`using policy_concept = dcp::group_manager_tag;`")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'groups'", "group_manager", group_manager_regular,
+                     "copyable, default-constructible, ==")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'groups'", "group_manager", group_manager_lays_out_blocks,
+                     "gpus, gpus_per_node, block_count, block, block_of")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'groups'", "group_manager", group_manager_validates, "validate()")
+  DCP_DIAGNOSE_ALL_LISTED("dcp::policies: slot 'groups'", "group_manager", group_manager,
+                          "dcp/group/group_concepts.hpp")
+  return group_manager<P>;
+}
+
 
 }  // namespace dcp

@@ -12,6 +12,8 @@
 #include <concepts>
 #include <cstdint>
 
+#include <dcp/concept_diagnosis.hpp>
+
 namespace dcp {
 
 struct model_spec_tag {};
@@ -52,5 +54,22 @@ concept model_spec_parameters = requires(const M& m) {
 
 template <class M>
 concept model_spec = model_spec_opts_in<M> && model_spec_sizes<M> && model_spec_attention<M> && model_spec_parameters<M>;
+
+/// The first requirement of `model_spec` that M misses, as one static_assert (`dcp::scheduler`'s
+/// Model); true when M models it.
+template <class P>
+constexpr bool diagnose_model_spec() {
+  if constexpr (false) {
+  }
+  DCP_DIAGNOSE_UNMET("dcp::scheduler: Model", "model_spec", model_spec_opts_in,
+                     "`using policy_concept = dcp::model_spec_tag;`")
+  DCP_DIAGNOSE_UNMET("dcp::scheduler: Model", "model_spec", model_spec_sizes,
+                     "blocks, hidden, heads, mlp_width, mlp_matrices")
+  DCP_DIAGNOSE_UNMET("dcp::scheduler: Model", "model_spec", model_spec_attention, "attention, text_tokens")
+  DCP_DIAGNOSE_UNMET("dcp::scheduler: Model", "model_spec", model_spec_parameters, "block_parameters(), parameters()")
+  DCP_DIAGNOSE_ALL_LISTED("dcp::scheduler: Model", "model_spec", model_spec, "dcp/model/model_concepts.hpp")
+  return model_spec<P>;
+}
+
 
 }  // namespace dcp

@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 
+#include <dcp/concept_diagnosis.hpp>
 #include <dcp/cost/detail/cost_model_archetype.hpp>
 #include <dcp/group/detail/group_manager_archetype.hpp>
 #include <dcp/plan/plan.hpp>
@@ -73,6 +74,23 @@ concept planner_plans = requires(const P& p, const detail::planning_context_arch
 
 template <class P>
 concept planner = planner_opts_in<P> && planner_regular<P> && planner_named<P> && planner_plans<P>;
+
+/// The first requirement of `planner` that P misses, as one static_assert; true when P models it.
+template <class P>
+constexpr bool diagnose_planner() {
+  if constexpr (false) {
+  }
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'planner'", "planner", planner_opts_in,
+                     "`using policy_concept = dcp::planner_tag;`")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'planner'", "planner", planner_regular, "copyable, default-constructible, ==")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'planner'", "planner", planner_named, "name() -> std::string")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'planner'", "planner", planner_plans,
+                     "plan(ctx, batch) -> dcp::plan for a dcp::planning_context of any cost model, recompute policy "
+                     "and group manager")
+  DCP_DIAGNOSE_ALL_LISTED("dcp::policies: slot 'planner'", "planner", dcp::planner, "dcp/plan/plan_concepts.hpp")
+  return dcp::planner<P>;
+}
+
 
 /// A planner with a loss normalisation knob (see the file comment).
 template <class P>

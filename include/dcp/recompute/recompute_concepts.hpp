@@ -14,6 +14,7 @@
 #include <concepts>
 #include <optional>
 
+#include <dcp/concept_diagnosis.hpp>
 #include <dcp/cost/detail/cost_model_archetype.hpp>
 
 namespace dcp {
@@ -37,5 +38,23 @@ concept recompute_policy_chooses = requires(const R& r, const detail::cost_model
 
 template <class R>
 concept recompute_policy = recompute_policy_opts_in<R> && recompute_policy_regular<R> && recompute_policy_chooses<R>;
+
+/// The first requirement of `recompute_policy` that P misses, as one static_assert; true when P
+/// models it.
+template <class P>
+constexpr bool diagnose_recompute_policy() {
+  if constexpr (false) {
+  }
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'recompute'", "recompute_policy", recompute_policy_opts_in,
+                     "`using policy_concept = dcp::recompute_policy_tag;`")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'recompute'", "recompute_policy", recompute_policy_regular,
+                     "copyable, default-constructible, ==")
+  DCP_DIAGNOSE_UNMET("dcp::policies: slot 'recompute'", "recompute_policy", recompute_policy_chooses,
+                     "choose(cost, load, sp) -> std::optional<int> for any cost model")
+  DCP_DIAGNOSE_ALL_LISTED("dcp::policies: slot 'recompute'", "recompute_policy", recompute_policy,
+                          "dcp/recompute/recompute_concepts.hpp")
+  return recompute_policy<P>;
+}
+
 
 }  // namespace dcp
