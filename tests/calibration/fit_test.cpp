@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <dcp/cost/fit.hpp>
 #include <dcp/cost/fit_json.hpp>
 #include <dcp/cost/fitted_cost.hpp>
@@ -252,6 +254,23 @@ TEST(fit_json, round_trips_exactly) {
   text.erase(at, text.find('\n', at) + 1 - at);
   std::istringstream old(text);
   EXPECT_EQ(dcp::read_fit(old, "old").recompute_ratio, 1.0);
+}
+
+// A fit holds the plain dense model; a file whose model sets a field the fit does not price
+// (GQA here) is refused, never read as the dense model it is not.
+TEST(fit_json, a_model_field_it_cannot_price_is_refused) {
+  std::stringstream s;
+  dcp::write_fit(s, calib_test::prior(8));
+  auto j = nlohmann::json::parse(s.str());
+  j["model"]["kv_heads"] = 8;
+  std::istringstream in(j.dump());
+  try {
+    (void)dcp::read_fit(in, "gqa.json");
+    ADD_FAILURE() << "a fit with kv_heads was read";
+  } catch (const dcp::error& e) {
+    EXPECT_EQ(e.code(), dcp::errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("plain multi-head self-attention"), std::string::npos) << e.what();
+  }
 }
 
 TEST(fit_json, bad_documents_are_clear_errors) {
