@@ -48,6 +48,10 @@ function(dcp_test_optimization target)
   endif()
 endfunction()
 
+# A test of several files is compiled as one (UNITY_BUILD): every file parses the same header-only
+# library, so merging them saves most of that parse (DCP_TEST_UNITY=OFF compiles them apart).
+option(DCP_TEST_UNITY "Compile each multi-file test executable as one translation unit" ON)
+
 function(dcp_add_test)
   cmake_parse_arguments(PARSE_ARGV 0 arg "NO_MAIN" "NAME;MPI_RANKS;TIMEOUT" "SOURCES;LABELS;LIBRARIES")
   if(NOT arg_NAME OR NOT arg_SOURCES)
@@ -72,6 +76,10 @@ function(dcp_add_test)
   endif()
   target_link_libraries(${arg_NAME} PRIVATE dcp::dcp ${_gtest} dcp_test_support dcp_warnings ${arg_LIBRARIES})
   dcp_test_optimization(${arg_NAME})
+  list(LENGTH arg_SOURCES _sources)
+  if(DCP_TEST_UNITY AND _sources GREATER 1)
+    set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
+  endif()
   if(arg_MPI_RANKS)
     target_link_libraries(${arg_NAME} PRIVATE dcp::mpi)
   endif()

@@ -1,5 +1,6 @@
-// Fuzz target: bytes -> (model, device, GPU count, batch) -> every planner; every plan must keep
-// the plan laws (`dcp::plan_violations`). Rejections must be dcp::error, never a crash.
+// Fuzz target: bytes -> (model, device, GPU count, group layout, batch) -> every planner; every
+// plan must keep the plan laws (`dcp::plan_violations`, the layout's blocks included). Rejections
+// must be dcp::error, never a crash. The layout is buddy blocks or blocks of any size.
 
 #include <cstdint>
 #include <cstdio>
@@ -7,11 +8,15 @@
 #include <vector>
 
 #include <dcp/cost/analytic.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/planning_context.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/workload/tuning.hpp>
 
 #include "fuzz_input.hpp"
@@ -19,14 +24,15 @@
 namespace {
 
 // A static baseline runs tuned on the batch (`dcp::tune`), as its users tune it on their data.
-template <class Planner>
-void run(const Planner& untuned, const dcp::analytic_cost& cost, const std::vector<dcp::sequence>& batch) {
+template <class Planner, class Context>
+void run(const Planner& untuned, const Context& ctx, const std::vector<dcp::sequence>& batch) {
+  const dcp::analytic_cost& cost = ctx.cost;
   dcp::plan plan;
   Planner p = untuned;
   // Must catch: a fuzz target sorts the error codes itself (infeasible is allowed, others abort).
   try {
-    if constexpr (dcp::tunable_planner<Planner, dcp::analytic_cost>) p = dcp::tune(untuned, cost, batch);
-    plan = p.plan(cost, batch);
+    if constexpr (dcp::tunable_planner<Planner, dcp::analytic_cost>) p = dcp::tune(untuned, ctx, batch);
+    plan = p.plan(ctx, batch);
   } catch (const dcp::error& e) {
     // Only an infeasible sequence (error policy) may stop a valid batch.
     if (e.code() != dcp::errc::infeasible) {
@@ -35,13 +41,13 @@ void run(const Planner& untuned, const dcp::analytic_cost& cost, const std::vect
     }
     return;
   }
-  const auto violations = dcp::plan_violations(plan, batch, cost);
+  const auto violations = dcp::plan_violations(plan, batch, cost, ctx.groups);
   if (!violations.empty()) {
     std::fprintf(stderr, "%s broke %zu plan laws, first: %s\n", p.name().c_str(), violations.size(),
                  violations.front().c_str());
     std::abort();
   }
-  if (plan.hash() != p.plan(cost, batch).hash()) {
+  if (plan.hash() != p.plan(ctx, batch).hash()) {
     std::fprintf(stderr, "%s is not deterministic\n", p.name().c_str());
     std::abort();
   }
@@ -78,11 +84,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (batch.empty()) return 0;
 
-  const auto skip = dcp::infeasible_policy::skip;
-  run(dcp::dcp_planner{.inter = (flags & 8) == 0, .intra = (flags & 16) == 0}, cost, batch);
-  run(dcp::dcp_planner{.on_infeasible = skip}, cost, batch);
-  run(dcp::dynamic_cp_planner{}, cost, batch);
-  run(dcp::bucket_planner{}, cost, batch);
-  run(dcp::packed_planner{}, cost, batch);
+  dcp::dcp_planner knobs, skipping;
+  knobs.inter = (flags & 8) == 0, knobs.intra = (flags & 16) == 0;
+  skipping.on_infeasible = dcp::infeasible_policy::skip;
+  const auto plan_all = [&](const auto& ctx) {
+    run(knobs, ctx, batch);
+    run(skipping, ctx, batch);
+    run(dcp::dynamic_cp_planner{}, ctx, batch);
+    run(dcp::bucket_planner{}, ctx, batch);
+    run(dcp::packed_planner{}, ctx, batch);
+  };
+  if (flags & 32)
+    plan_all(dcp::planning_context{cost, dcp::selective_recompute{}, dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node()}});
+  else
+    plan_all(dcp::planning_context{cost, dcp::selective_recompute{}, dcp::buddy_groups{cost.gpus(), cost.gpus_per_node()}});
   return 0;
 }
