@@ -29,6 +29,7 @@
 #include <dcp/error.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
@@ -125,7 +126,7 @@ class exact_planning {
         if (st.members >> i & 1u) members.push_back(seqs_[i]);
       b.place(b.make_step(members, {st.first, st.sp}, st.k));
     }
-    return std::move(b).finish(seqs_, loss_normalization::token_mean);
+    return std::move(b).finish(default_groups(cost_), seqs_, loss_normalization::token_mean);
   }
 
  private:

@@ -153,7 +153,7 @@ struct dynamic_cp_planner {
     plan_builder<typename Ctx::cost_type> builder(cost, name());
     builder.skip(std::move(skipped));
     if (!seqs.empty()) place(builder, ctx, seqs);
-    return std::move(builder).finish(seqs, loss);
+    return std::move(builder).finish(ctx.groups, seqs, loss);
   }
   /// On `default_groups(cost)`.
   template <cost_model C, recompute_policy Recompute = full_recompute>

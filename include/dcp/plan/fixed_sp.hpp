@@ -164,7 +164,7 @@ plan plan_fixed_sp(const Planner& p, const Ctx& ctx, std::span<const sequence> b
     const std::vector<std::vector<sequence>> micro = micro_batches_of(std::span<const sequence>(seqs));
     deal_synchronised(builder, ctx.groups, micro, p.sp, cost.blocks());
   }
-  return std::move(builder).finish(seqs, p.loss);
+  return std::move(builder).finish(ctx.groups, seqs, p.loss);
 }
 
 }  // namespace dcp

@@ -16,6 +16,7 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/loss_weights.hpp>
 #include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/plan.hpp>
@@ -124,9 +125,12 @@ class plan_builder {
 
   void skip(std::vector<skipped_sequence> skipped) { plan_.skipped = std::move(skipped); }
 
-  /// Orders steps by (round, start, first rank), sets makespan, lower bounds and loss weights.
-  plan finish(std::span<const sequence> planned, loss_normalization norm) && {
-    const batch_bounds bounds = lower_bounds(cost_, planned, plan_.speeds);
+  /// Orders steps by (round, start, first rank), sets makespan, lower bounds and loss weights;
+  /// the bounds over the sizes `groups` offers (the blocks the plan was placed on), so a plan on
+  /// sizes buddy blocks lack is never held to a bound that cannot use them.
+  template <group_manager G>
+  plan finish(const G& groups, std::span<const sequence> planned, loss_normalization norm) && {
+    const batch_bounds bounds = lower_bounds(cost_, groups, planned, plan_.speeds);
     return std::move(*this).finish(bounds, norm);
   }
 
