@@ -71,15 +71,18 @@ std::vector<dcp::sequence> random_batch(random_source& r, const dcp::analytic_co
 }
 
 // The joint bound by its definition: bisection on T over the predicate "every sequence has an
-// sp it finishes alone within T, and the smallest packed floors among those fit N T".
+// sp on which no step of the batch that holds it ends after T, and the smallest packed floors
+// among those fit N T".
 double joint_by_bisection(const dcp::analytic_cost& c, std::span<const dcp::sequence> batch) {
   std::vector<std::vector<std::pair<double, double>>> opts;  // (time, floor) per sequence
+  dcp::analytic_load whole{};
+  for (const auto& s : batch) whole = whole + c.load_of(s);
   double hi = 0;
   for (const auto& s : batch) {
     const auto load = c.load_of(s);
     auto& o = opts.emplace_back();
     for (const auto& x : dcp::options_of(c, load)) {
-      o.emplace_back(x.time_s, std::max(c.work_floor(load, x.sp, x.checkpointed_blocks),
+      o.emplace_back(c.shared_time_floor(load, x.sp, x.checkpointed_blocks, x.time_s, whole), std::max(c.work_floor(load, x.sp, x.checkpointed_blocks),
                                         c.packed_work_floor(load, x.sp, x.checkpointed_blocks)));
       hi = std::max(hi, x.time_s);
     }
@@ -195,6 +198,49 @@ TEST(LowerBounds, OrderIndependentAndZeroForNothingFeasible) {
 }  // namespace
 
 namespace {
+
+// A step computes at eff(x), which grows with its tokens per GPU, so a sequence whose attention
+// dominates can end sooner in company than alone: the time floor the bounds take for it is at
+// most every step that holds it with others of its batch (any k at or above its own, any legal
+// ring), and the company is faster than alone often enough to matter.
+TEST(LowerBounds, SharedTimeFloorHoldsForEveryStepThatHoldsTheSequence) {
+  const std::uint64_t seed = 41;
+  random_source r{std::mt19937_64(seed)};
+  int steps = 0, below_alone = 0, company_beats_alone = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const auto c = random_cost(r);
+    const auto batch = random_batch(r, c);
+    dcp::analytic_load whole{};
+    for (const auto& s : batch) whole = whole + c.load_of(s);
+    const auto& mine = batch[static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(batch.size()) - 1))];
+    const auto l = c.load_of(mine);
+    const auto options = dcp::options_of(c, l, std::span<const int>(dcp::legal_sp_sizes(c)));
+    if (options.empty()) continue;
+    const auto& o = options[static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(options.size()) - 1))];
+    const double floor = c.shared_time_floor(l, o.sp, o.checkpointed_blocks, o.time_s, whole);
+    ASSERT_LE(floor, o.time_s);
+    below_alone += floor < o.time_s;
+    const int k = r.between(0, 1) ? o.checkpointed_blocks : static_cast<int>(r.between(o.checkpointed_blocks, c.blocks()));
+    // Company up to a random share more tokens (the fastest company is a little, not all).
+    const double most = l.tokens * (1 + static_cast<double>(r.log_between(1, 3000)) / 1000);
+    dcp::analytic_load step = l;
+    for (const auto& s : batch)
+      if (const auto other = c.load_of(s); s.id != mine.id && step.tokens + other.tokens <= most &&
+                                           c.memory(step + other, o.sp, k) <= c.capacity())
+        step = step + other;
+    for (int ring = c.step_ring(o.sp); dcp::legal_ring(c, o.sp, ring); ring *= 2) {
+      ++steps;
+      const double t = c.time(step, o.sp, k, ring);
+      company_beats_alone += t < o.time_s;
+      EXPECT_GE(t, floor * (1 - 1e-12)) << "seed " << seed << " trial " << trial << " on " << c << ", sp " << o.sp
+                                         << ", k " << k << ", ring " << ring;
+    }
+  }
+  std::cout << "[ bounds   ] " << steps << " steps, floor below alone in " << below_alone
+            << ", a step in company faster than alone in " << company_beats_alone << "\n";
+  EXPECT_GT(steps, 1000);
+  EXPECT_GT(company_beats_alone, 0);  // the floor is needed: alone is no floor
+}
 
 // The packed floor is a floor: no step that fits memory costs less GPU-seconds than the summed
 // packed floors of its sequences at its own k, and it never falls below the simple floor.

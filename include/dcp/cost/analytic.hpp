@@ -3,6 +3,7 @@
 /// `analytic_cost`: the embedded default cost model, exactly DESIGN section 4.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -227,36 +228,33 @@ struct analytic_cost {
   double time(const load_type& l, int sp, int k) const noexcept { return time(l, sp, k, step_ring(sp)); }
   /// Seconds of the step run as u x r = (sp / r) x r, r a `legal_ring` for sp (DESIGN 4.3).
   double time(const load_type& l, int sp, int k, int r) const noexcept {
-    const double L = model.blocks, h = static_cast<double>(model.hidden);
-    const double x = l.tokens / sp;
-    double t_comp = (3 + k / L) * forward_flops(l) / (sp * parallel.tp * device.peak * efficiency(x));
-    double t_comm = 0;
-    if (r > 1) {
-      // Ulysses x Ring: all-to-alls over u = sp / r units, and the ring exchange overlapped
-      // with the ringing attention (zig-zag keeps each rank's causal share at A / sp).
-      const int u = sp / r;
-      if (u > 1) {
-        const double v = 2 * all_to_all_width(u) * x * (u - 1) / u;
-        t_comm = all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / bandwidth(u));
-      }
-      const double t_att = (3 + k / L) * l.ring_attention / (sp * parallel.tp * device.peak * efficiency(x));
-      t_comp += std::max(t_att, ring_time(l, sp, k, r)) - t_att;
-    } else if (sp > 1) {
-      const double v = 2 * all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
-      const double a = all_to_alls_per_pass() * (2 * L + k);
-      t_comm = a * (device.alpha + v / bandwidth(sp));
-    }
-    if (parallel.tp > 1) {
-      const double v = 2 * h * x * (parallel.tp - 1) / parallel.tp;
-      t_comm += tp_collectives_per_pass() * (2 * L + k) * (device.alpha + v / device.bw_intra);
-    }
-    if (parallel.ep > 1) {
-      const double v = 2 * h * model.experts_per_token * (x / parallel.tp) * (parallel.ep - 1) / parallel.ep;
-      t_comm += ep_all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / ep_bandwidth());
-    }
-    const double t_over = device.tau * (3 * L + k);
-    const double t = t_comp + t_comm + t_over;
+    const step_terms s = terms(l, sp, k, r);
+    const double t = s.compute + s.communication + s.overhead;
     return parallel.sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t;
+  }
+
+  /// The least seconds of any step on sp units with at least k checkpointed blocks and any
+  /// legal ring that holds `l` among sequences of `batch` (their summed load, l's included): the
+  /// lower bounds' t_i of DESIGN section 3, given `alone_s`, l's time alone with k blocks at its
+  /// fastest legal ring. A step computes at eff(x), which grows with its tokens per unit, so a
+  /// load whose attention dominates can end sooner in company: with F = c N + A (c = 2 L P_act,
+  /// N the step's tokens) the compute is at least (3 + k/L) (A + c N)(1 + x_half sp / N) /
+  /// (sp tp peak eff_max), convex in N and least at N* = sqrt(A x_half sp / c), taken within
+  /// [N_l, min(sp x_max, N_batch)]. Where that leaves N_l, nothing in company is faster: the floor
+  /// is `alone_s`. Else it is that compute, or l's ring exchange where longer, plus l's
+  /// collectives and the overhead at k.
+  double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const noexcept {
+    const double L = model.blocks, c = L * 2 * model.active_block_parameters(), b = device.x_half * sp;
+    const double n = std::min({std::sqrt(l.attention * b / c), sp * max_tokens_per_gpu(), batch.tokens});
+    if (!(n > l.tokens)) return alone_s;
+    const double compute = (3 + k / L) * (l.attention + c * n) * (1 + b / n) / (sp * parallel.tp * device.peak * device.eff_max);
+    double best = alone_s;
+    for (int r = step_ring(sp); r <= std::min(sp, std::max(1, parallel.ring)) && sp % r == 0; r *= 2) {
+      const step_terms s = terms(l, sp, k, r);
+      const double t = std::max(compute, ring_time(l, sp, k, r)) + s.communication + s.overhead;
+      best = std::min(best, parallel.sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t);
+    }
+    return best;
   }
 
   /// `memory(l, sp, k)` as a function of the load and k, its per-model terms (the static memory)
@@ -354,6 +352,43 @@ struct analytic_cost {
             parallel.tp * device.peak * device.eff_max};
   }
 
+  /// A step's seconds by kind, as `time` sums them (DESIGN 4, 4.2, 4.3): compute (with the ring
+  /// exchange where it outlasts the ringing attention), collectives, and per-block overhead.
+  struct step_terms {
+    double compute, communication, overhead;
+  };
+  step_terms terms(const load_type& l, int sp, int k, int r) const noexcept {
+    const double L = model.blocks, h = static_cast<double>(model.hidden);
+    const double x = l.tokens / sp;
+    double t_comp = (3 + k / L) * forward_flops(l) / (sp * parallel.tp * device.peak * efficiency(x));
+    double t_comm = 0;
+    if (r > 1) {
+      // Ulysses x Ring: all-to-alls over u = sp / r units, and the ring exchange overlapped
+      // with the ringing attention (zig-zag keeps each rank's causal share at A / sp).
+      const int u = sp / r;
+      if (u > 1) {
+        const double v = 2 * all_to_all_width(u) * x * (u - 1) / u;
+        t_comm = all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / bandwidth(u));
+      }
+      const double t_att = (3 + k / L) * l.ring_attention / (sp * parallel.tp * device.peak * efficiency(x));
+      t_comp += std::max(t_att, ring_time(l, sp, k, r)) - t_att;
+    } else if (sp > 1) {
+      const double v = 2 * all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
+      const double a = all_to_alls_per_pass() * (2 * L + k);
+      t_comm = a * (device.alpha + v / bandwidth(sp));
+    }
+    if (parallel.tp > 1) {
+      const double v = 2 * h * x * (parallel.tp - 1) / parallel.tp;
+      t_comm += tp_collectives_per_pass() * (2 * L + k) * (device.alpha + v / device.bw_intra);
+    }
+    if (parallel.ep > 1) {
+      const double v = 2 * h * model.experts_per_token * (x / parallel.tp) * (parallel.ep - 1) / parallel.ep;
+      t_comm += ep_all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / ep_bandwidth());
+    }
+    const double t_over = device.tau * (3 * L + k);
+    return {t_comp, t_comm, t_over};
+  }
+
   friend bool operator==(const analytic_cost&, const analytic_cost&) = default;
   friend std::ostream& operator<<(std::ostream& os, const analytic_cost& c) {
     os << "analytic_cost{" << c.model << ", " << c.device << ", N=" << c.parallel.gpus;
@@ -388,5 +423,6 @@ static_assert(token_memory_cost_model<analytic_cost>);
 static_assert(step_floor_cost_model<analytic_cost>);
 static_assert(step_floor_share_cost_model<analytic_cost>);
 static_assert(work_floors_cost_model<analytic_cost>);
+static_assert(shared_time_floor_cost_model<analytic_cost>);
 
 }  // namespace dcp

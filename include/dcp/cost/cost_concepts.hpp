@@ -45,6 +45,13 @@
 ///     and `.packed` of a step run with ring r, with the model's per-call terms computed once.
 ///     Law: they equal `c.work_floor(l, sp, k, r)` and `c.packed_work_floor(l, sp, k, r)` (the
 ///     three-argument forms at r = `step_ring_of(c, sp)`), so the lower bounds may take either.
+///   - `shared_time_floor_cost_model`: `c.shared_time_floor(l, sp, k, alone_s, batch)`, given
+///     `alone_s` (l's time alone with k blocks at its fastest legal ring), the least seconds of any
+///     step on sp units with at least k blocks that holds l among sequences of `batch` (their
+///     summed load). Law: at most `alone_s`, and at most the time of every such step that fits. A model whose steps run more efficiently the
+///     more tokens they hold (eff(x)) can finish a sequence sooner in company than alone; the lower
+///     bounds take this floor for t_i where a model has it, and `alone_s` where it does not (such
+///     a model's time must not fall as a step's load grows).
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <algorithm>
@@ -149,6 +156,13 @@ template <class C>
 concept step_floor_share_cost_model = cost_model<C> && requires(const C& c, const typename C::load_type& l) {
   { c.step_floor_share(l) } -> std::convertible_to<double>;
 };
+
+/// A cost model that knows how fast a load can run in company (see the file comment).
+template <class C>
+concept shared_time_floor_cost_model =
+    cost_model<C> && requires(const C& c, const typename C::load_type& l, int sp, int k, double alone_s) {
+      { c.shared_time_floor(l, sp, k, alone_s, l) } -> std::convertible_to<double>;
+    };
 
 /// A cost model that prices both work floors of a step at once (see the file comment).
 template <class C>

@@ -134,6 +134,15 @@ struct cost_sum {
   {
     return {trained.as_uniform(d), forward};
   }
+  /// The trained model's `shared_time_floor` plus the frozen networks' seconds of the load
+  /// (which only grow with a step's load), so the law holds as for the trained model.
+  double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const
+    requires shared_time_floor_cost_model<Trained>
+  {
+    const double trained_alone = trained.time(l.trained, sp, k);
+    const double f = trained.shared_time_floor(l.trained, sp, k, trained_alone, batch.trained);
+    return f < trained_alone ? std::min(alone_s, alone_s - trained_alone + f) : alone_s;
+  }
   // clang-format on
   std::int64_t tokens_of(const sequence& s) const noexcept { return trained.tokens_of(s); }
   load_type load_of(const sequence& s) const noexcept {
@@ -193,5 +202,6 @@ cost_sum<Trained> make_cost_sum(Trained trained, std::vector<forward_network> fo
 static_assert(cost_model<cost_sum<analytic_cost>>);
 static_assert(mixed_cluster_cost_model<cost_sum<analytic_cost>>);
 static_assert(step_floor_cost_model<cost_sum<analytic_cost>>);
+static_assert(shared_time_floor_cost_model<cost_sum<analytic_cost>>);
 
 }  // namespace dcp

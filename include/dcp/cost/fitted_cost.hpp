@@ -221,6 +221,25 @@ struct fitted_cost {
     return w;
   }
 
+  /// The least seconds of any step on sp GPUs with at least k checkpointed blocks that holds `l`
+  /// among sequences of `batch`, as `analytic_cost::shared_time_floor`: the compute terms are
+  /// (3 + rho k/L) (a_lin 2 L P_b N + a_att A)(1 + x_half sp / N) / sp, least at
+  /// N* = sqrt(a_att A x_half sp / (a_lin 2 L P_b)) within [N_l, min(sp x_max, N_batch)]; the
+  /// other terms only grow with the load, so they are l's own.
+  double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const noexcept {
+    const auto& m = shape.model;
+    const double L = m.blocks, b = shape.device.x_half * sp;
+    const double lin = coef.linear_flop_s * L * 2 * m.block_parameters(), att = coef.attention_flop_s * l.attention;
+    const double n = std::min({std::sqrt(att * b / lin), sp * max_tokens_per_gpu(), batch.tokens});
+    if (!(n > l.tokens)) return alone_s;
+    auto f = time_features(l, sp, k);
+    f[0] = f[1] = 0;
+    const auto c = coef.time_array();
+    double t = (3 + recompute_ratio * k / L) * (att + lin * n) * (1 + b / n) / sp;
+    for (std::size_t i = 2; i < f.size(); ++i) t += f[i] * c[i];
+    return std::min(alone_s, t);
+  }
+
   friend bool operator==(const fitted_cost&, const fitted_cost&) = default;
   friend std::ostream& operator<<(std::ostream& os, const fitted_cost& c) {
     return os << "fitted_cost{" << c.shape.model.name << " on " << c.shape.device.name << " (x_half " << c.shape.device.x_half << ", rho " << c.recompute_ratio << "), N=" << c.gpus() << ", "
@@ -230,6 +249,7 @@ struct fitted_cost {
 
 static_assert(cost_model<fitted_cost>);
 static_assert(mixed_cluster_cost_model<fitted_cost>);
+static_assert(shared_time_floor_cost_model<fitted_cost>);
 
 /// The analytic model as a `fitted_cost` (the prior of a first fit), validated.
 inline fitted_cost make_fitted_cost(const analytic_cost& analytic, double memory_margin = 0) {

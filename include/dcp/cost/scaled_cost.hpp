@@ -123,6 +123,11 @@ class scaled_analytic_cost {
     return scaled_.packed_work_floor(timed(l), sp, k);
   }
 
+  /// `analytic_cost::shared_time_floor` on this clock (through `scaled_model()`, as `time`).
+  double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const noexcept {
+    return scaled_.shared_time_floor(timed(l), sp, k, alone_s, timed(batch));
+  }
+
   friend bool operator==(const scaled_analytic_cost& a, const scaled_analytic_cost& b) {
     return a.base_ == b.base_ && a.scales_ == b.scales_;
   }
@@ -147,5 +152,6 @@ class scaled_analytic_cost {
 static_assert(cost_model<scaled_analytic_cost>);
 static_assert(mixed_cluster_cost_model<scaled_analytic_cost>);
 static_assert(step_floor_cost_model<scaled_analytic_cost>);
+static_assert(shared_time_floor_cost_model<scaled_analytic_cost>);
 
 }  // namespace dcp

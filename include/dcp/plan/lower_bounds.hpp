@@ -97,6 +97,20 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     else
       return 0;
   }();
+  // t_i(sp): no step of the batch's sequences that holds i on sp units ends sooner
+  // (`shared_time_floor`).
+  [[maybe_unused]] const auto whole = [&] {
+    typename C::load_type sum{};
+    if constexpr (shared_time_floor_cost_model<C>)
+      for (std::size_t i = 0; i < count; ++i) sum = sum + load_at(i);
+    return sum;
+  }();
+  const auto in_company = [&](const auto& load, const sequence_option& o) {
+    if constexpr (shared_time_floor_cost_model<C>)
+      return cost.shared_time_floor(load, o.sp, o.checkpointed_blocks, o.time_s, whole);
+    else
+      return o.time_s;
+  };
   double work = 0, longest = 0, shares = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
@@ -128,12 +142,13 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
           floor = work_r < floor ? work_r : floor;
           packed = packed_r < packed ? packed_r : packed;
         }
-        terms.push_back({o.time_s / speed, std::max(floor, packed), share});
-        w = std::min(w, floor), t = std::min(t, o.time_s / speed);
+        const double alone = in_company(load, o) / speed;
+        terms.push_back({alone, std::max(floor, packed), share});
+        w = std::min(w, floor), t = std::min(t, alone);
         continue;
       }
       const double floor = least_work_floor(cost, load, sp, k);
-      term x{o.time_s / speed, floor, share};
+      term x{in_company(load, o) / speed, floor, share};
       // The joint bound takes the tighter packed floor where the cost model has one.
       if constexpr (requires { cost.packed_work_floor(load, sp, k); }) {
         double packed = cost.packed_work_floor(load, sp, k);
