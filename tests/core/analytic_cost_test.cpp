@@ -258,6 +258,17 @@ TEST(AnalyticCost, CapacityBelowStaticMemoryIsAnError) {
   // Two H100s shard the optimizer state: 4 P + 6 P = 77.8 GB, still over; four fit (62.3 GB).
   EXPECT_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 2), dcp::error);
   EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 4));
+  // The message names the fix that works: the least GPU count where more GPUs shrink it enough
+  // (4 P + 12 P / N <= 72 GB from N = 3)...
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 2),
+                   dcp::errc::invalid_argument, "(zero1)", "it fits from 3 GPUs", "sharding = zero3");
+  // ... and where no count fits under zero1 (llama3-70b holds 4 P = 276 GB on every GPU), the
+  // shardings and layouts that divide it.
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h100(), 1024),
+                   dcp::errc::invalid_argument, "no GPU count fits", "use sharding = zero3, tp = 2");
+  EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h100(),
+                                                dcp::parallel_layout{.gpus = 64, .gpus_per_node = 8,
+                                                                     .sharding = dcp::sharding_kind::zero3}));
 }
 
 TEST(AnalyticCost, InvalidModelOrDeviceIsAnError) {

@@ -73,11 +73,35 @@ struct analytic_cost {
     check(model.experts % parallel.ep == 0 || !model.is_moe(), errc::invalid_argument, [&] {
       return "ep = " + std::to_string(parallel.ep) + " must divide experts = " + std::to_string(model.experts);
     });
-    check(static_memory() < capacity(), errc::invalid_argument, [&] {
-      return "memory capacity " + std::to_string(capacity()) + " B is below the static memory " +
-             std::to_string(static_memory()) + " B of model '" + model.name + "' on " + std::to_string(parallel.gpus) +
-             " GPUs; use more GPUs or a device with more memory";
-    });
+    check(static_memory() < capacity(), errc::invalid_argument, [&] { return static_memory_refusal(); });
+  }
+
+  /// Why the static memory does not fit, and the fixes that can work: more GPUs where they
+  /// shrink it enough (the least count that fits), else a sharding that divides what each GPU
+  /// holds unsharded, or a larger tp or ep.
+  std::string static_memory_refusal() const {
+    const double c = capacity(), held = parameters_per_gpu(), p = model.parameters();
+    std::string out = "memory capacity " + std::to_string(c) + " B is below the static memory " +
+                      std::to_string(static_memory()) + " B of model '" + model.name + "' on " +
+                      std::to_string(parallel.gpus) + " GPUs (" + to_string(parallel.sharding) + "); ";
+    // static = fixed + divided / N (section 4.2): what more GPUs leave, and what they divide.
+    double fixed = 4 * held, divided = 12 * p;
+    if (parallel.sharding == sharding_kind::replicated) fixed = 16 * held, divided = 0;
+    if (parallel.sharding == sharding_kind::zero3) fixed = 6 * held / model.blocks, divided = 16 * p;
+    if (fixed < c && divided > 0) {
+      // Fewer GPUs than a node, or whole nodes (the layouts `parallel_layout` accepts).
+      const double g = parallel.gpus_per_node, n = std::ceil(divided / (c - fixed)), least = n <= g ? n : std::ceil(n / g) * g;
+      return out + "it fits from " + std::to_string(static_cast<long long>(least)) + " GPUs; use that many or more, " +
+             (parallel.sharding == sharding_kind::zero3 ? "" : "sharding = zero3, ") + "or a device with more memory";
+    }
+    std::string fixes = parallel.sharding == sharding_kind::zero3 ? "" : "sharding = zero3";
+    const int wider = 2 * parallel.tp;
+    if (model.heads % wider == 0 && model.key_value_heads() % wider == 0 && wider <= parallel.gpus_per_node)
+      fixes += (fixes.empty() ? "" : ", ") + std::string("tp = ") + std::to_string(wider);
+    if (model.is_moe() && model.experts % (2 * parallel.ep) == 0)
+      fixes += (fixes.empty() ? "" : ", ") + std::string("ep = ") + std::to_string(2 * parallel.ep);
+    return out + "no GPU count fits: the " + std::to_string(fixed) + " B each GPU holds whatever their number exceed it; " +
+           (fixes.empty() ? "use a device with more memory" : "use " + fixes + " or a device with more memory");
   }
 
   /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
