@@ -230,8 +230,13 @@ int run(const cli_options& o) {
     return "--global-batch-tokens " + std::to_string(o.global_batch_tokens) + " must be positive (0 = 262144 * GPUs)";
   });
   const std::string source = o.lengths.empty() ? o.workload : o.lengths;
+  dcp::models::model_config read;
+  if (!o.model_config.empty()) {
+    read = dcp::models::read_config(std::filesystem::path(o.model_config));
+    for (const auto& u : read.unpriced) std::cerr << "dcp-sim: note: model config '" << o.model_config << "': " << u << "\n";
+  }
   const dcp::transformer_spec model =
-      !o.model_config.empty() ? dcp::models::from_config(std::filesystem::path(o.model_config))
+      !o.model_config.empty() ? read.model
       : !o.model.empty()      ? dcp::models::preset(o.model)
                               : dcp::models::preset(o.lengths.empty() ? dcp::workloads::default_model(o.workload)
                                                                       : std::string_view("cogvideox-5b"));
@@ -310,6 +315,9 @@ int run(const cli_options& o) {
                                      static_cast<std::int64_t>(batches.size())};
   for (const auto& s : data) header.tokens += cost.tokens_of(s);
   header.groups = sizes == dcp::group_sizes::any ? "any" : "buddy";
+  header.model_shape = dcp::describe(model);
+  header.model_parameters = model.parameters();
+  header.model_active_parameters = model.blocks * model.active_block_parameters();
 
   const bool views = !o.trace_out.empty() || !o.svg_out.empty();
   dcp::check(!o.calibrate || with_truth, dcp::errc::invalid_argument, [] {

@@ -32,6 +32,9 @@
 #include <dcp/random.hpp>
 #include <dcp/workload/tuning.hpp>
 
+#ifndef DCP_TEST_CONFIGS
+#error "DCP_TEST_CONFIGS must name tests/data/configs"
+#endif
 #ifndef DCP_TEST_MODELS_JSON
 #error "DCP_TEST_MODELS_JSON must name tests/data/models.json"
 #endif
@@ -388,6 +391,80 @@ TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
     EXPECT_DCP_ERROR((void)parse(c.text), dcp::errc::parse_error, c.needle, "test-config.json") << "input: " << c.text;
   EXPECT_DCP_ERROR((void)dcp::models::from_config(std::filesystem::path("/nonexistent/config.json")),
                    dcp::errc::io_error, "/nonexistent/config.json");
+}
+
+// Published config files (tests/data/configs, each as its model's repository publishes it; the
+// diffusers ones as model folders with transformer/config.json) read as the models are.
+dcp::models::model_config published(const std::string& folder) {
+  return dcp::models::read_config(std::filesystem::path(DCP_TEST_CONFIGS) / folder);
+}
+bool says(const dcp::models::model_config& c, const std::string& needle) {
+  return std::any_of(c.unpriced.begin(), c.unpriced.end(),
+                     [&](const std::string& u) { return u.find(needle) != std::string::npos; });
+}
+
+TEST(ModelConfig, PublishedDiffusersTransformersReadAsTheirPresets) {
+  auto cog = published("cogvideox-5b");  // no intermediate_size: diffusers' 4 x width, joint text of 226
+  EXPECT_EQ(cog.model.name, "cogvideox-5b");
+  EXPECT_EQ(cog.model, dcp::models::cogvideox_5b());
+  EXPECT_TRUE(cog.unpriced.empty());
+  auto wan = published("wan2.1-t2v-14b-diffusers");  // no text_len: Wan's 512 cross-attended, full attention
+  wan.model.name = "wan2.1-14b";
+  EXPECT_EQ(wan.model, dcp::models::wan2_1_14b());
+  EXPECT_NEAR(wan.model.blocks * wan.model.block_parameters() / 1e9, 14.0, 0.28);  // the card's 14B, within 2%
+  const auto hunyuan = published("hunyuanvideo");  // 20 dual- and 40 single-stream blocks, 256 joint text tokens
+  EXPECT_EQ(hunyuan.model.blocks, 60);
+  EXPECT_EQ(hunyuan.model.mlp_width, 4 * 3072);
+  EXPECT_EQ(hunyuan.model.text_tokens, 256);
+  EXPECT_EQ(hunyuan.model.attention, dcp::attention_kind::full);
+  EXPECT_TRUE(says(hunyuan, "dual-stream"));
+}
+
+TEST(ModelConfig, PublishedLanguageModelsReadRightAndSayWhatIsNotPriced) {
+  const auto gemma = published("gemma-2-9b");  // GeGLU: gelu_pytorch_tanh, yet three matrices
+  EXPECT_EQ(gemma.model.mlp_matrices, 3);
+  EXPECT_EQ(gemma.model.kv_heads, 8);
+  EXPECT_EQ(gemma.model.head_dim, 256);
+  EXPECT_EQ(gemma.model.attention, dcp::attention_kind::causal);
+  EXPECT_TRUE(says(gemma, "sliding_window = 4096"));
+  EXPECT_TRUE(says(gemma, "vocab_size = 256000"));
+  // Blocks plus the embedding: the card's 9.24B within 2%.
+  EXPECT_NEAR((gemma.model.blocks * gemma.model.block_parameters() + 256000.0 * 3584) / 1e9, 9.24, 0.18);
+  const auto phi = published("phi-3-mini-4k-instruct");
+  EXPECT_EQ(phi.model.mlp_matrices, 3);
+  EXPECT_TRUE(says(phi, "sliding_window = 2047"));
+  const auto llama = published("llama-3.1-8b");
+  EXPECT_EQ(llama.model.kv_heads, 8);
+  EXPECT_EQ(llama.model.mlp_matrices, 3);
+  EXPECT_EQ(llama.unpriced.size(), 1u);  // only the vocabulary
+  const auto deepseek = published("deepseek-v3");
+  for (const char* field : {"kv_lora_rank", "first_k_dense_replace = 3", "num_nextn_predict_layers = 1", "vocab_size"})
+    EXPECT_TRUE(says(deepseek, field)) << field;
+  EXPECT_EQ(deepseek.model.experts, 256);
+  EXPECT_EQ(deepseek.model.shared_experts, 1);
+}
+
+TEST(ModelConfig, FoldersAndUnknownDiffusersClassesAreClearErrors) {
+  // A folder with neither config.json nor transformer/config.json.
+  const auto empty = std::filesystem::temp_directory_path() / "dcp-models-test-empty-folder";
+  std::filesystem::create_directories(empty);
+  EXPECT_DCP_ERROR((void)dcp::models::read_config(empty), dcp::errc::io_error, "is a folder with no config.json",
+                   empty.string());
+  std::filesystem::remove(empty);
+  EXPECT_DCP_ERROR((void)parse(R"({"_class_name": "FluxTransformer2DModel", "num_layers": 19, "num_attention_heads": 24,
+                                   "attention_head_dim": 128})"),
+                   dcp::errc::parse_error, "FluxTransformer2DModel", "add \"attention\"");
+  // Named, it reads (a file may state what the reader cannot know).
+  const auto flux = parse(R"({"_class_name": "FluxTransformer2DModel", "num_layers": 19, "num_attention_heads": 24,
+                               "attention_head_dim": 128, "attention": "full", "text_tokens": 512})");
+  EXPECT_EQ(flux.text_tokens, 512);
+  EXPECT_EQ(flux.mlp_width, 4 * 3072);
+  for (const char* ratio : {"-1", "1e300", "\"4\""})
+    EXPECT_DCP_ERROR((void)parse(std::string(R"({"_class_name": "HunyuanVideoTransformer3DModel", "num_layers": 2,
+                                              "num_attention_heads": 4, "attention_head_dim": 16, "mlp_ratio": )") +
+                                 ratio + "}"),
+                     dcp::errc::parse_error, "mlp_ratio")
+        << ratio;
 }
 
 // ---- Plan laws on TP units, zero3 and expert parallelism ----

@@ -1,8 +1,12 @@
 #pragma once
 /// \file
-/// `models::from_config`: a `transformer_spec` from a Hugging Face-style `config.json`
-/// (DESIGN section 4.1 lists the fields read and how each maps).
+/// `models::read_config`: a `transformer_spec` from a Hugging Face-style `config.json` (a
+/// transformers model's, or a diffusers transformer's), with the fields it read that change cost
+/// but that the model does not price, each named; `models::from_config` gives the spec alone.
+/// DESIGN section 4.1 lists the fields read and how each maps.
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +14,8 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,9 +25,40 @@
 
 namespace dcp::models {
 
-/// The model a parsed `config.json` describes; `source` names it in every error.
-/// Throws a `dcp::error` (errc::parse_error) naming any missing, mistyped or inconsistent field.
-inline transformer_spec from_config_json(const nlohmann::json& j, std::string_view source = "config.json") {
+/// A model read from a config file: its spec, and each field present that changes its cost but
+/// that `transformer_spec` does not price (one sentence each, naming the field and its value).
+struct model_config {
+  transformer_spec model;
+  std::vector<std::string> unpriced;
+};
+
+namespace detail {
+
+/// Published diffusers transformers (`_class_name`): their files give neither the text tokens
+/// nor the attention kind, which these classes fix (their pipelines' text lengths).
+struct diffusers_class {
+  std::string_view name;
+  std::int64_t cross_attention_tokens;  // text tokens attended through cross-attention
+  std::int64_t text_tokens;             // text tokens joined to the sequence (joint attention)
+};
+inline constexpr std::array<diffusers_class, 3> diffusers_classes{{
+    {"WanTransformer3DModel", 512, 0},             // Wan2.1: umT5 text_len 512 (the original config's)
+    {"CogVideoXTransformer3DModel", 0, -1},        // max_text_seq_length (226 for CogVideoX-5b)
+    {"HunyuanVideoTransformer3DModel", 0, 256},    // the LLM text encoder's 256 tokens (text_len)
+}};
+
+/// transformers model types whose MLP is gated (gate, up and down projections) whatever the
+/// activation: Gemma's GeGLU names gelu_pytorch_tanh, which alone reads as a plain MLP.
+inline constexpr std::array<std::string_view, 17> gated_model_types{
+    "llama",  "mistral", "mixtral",     "qwen2",       "qwen2_moe",   "qwen3", "qwen3_moe", "gemma",  "gemma2",
+    "gemma3", "gemma3_text", "phi3",    "deepseek_v2", "deepseek_v3", "olmo2", "granite",   "cohere"};
+
+}  // namespace detail
+
+/// The model a parsed `config.json` describes, and what it leaves unpriced; `source` names the
+/// file in every error. Throws a `dcp::error` (errc::parse_error) naming any missing, mistyped or
+/// inconsistent field.
+inline model_config read_config_json(const nlohmann::json& j, std::string_view source = "config.json") {
   const std::string src(source);
   const json_reader r("model config '" + src + "': ");
   const auto fail = [&](const std::string& what) { r.fail(what); };
@@ -45,11 +82,31 @@ inline transformer_spec from_config_json(const nlohmann::json& j, std::string_vi
     return j.at(name).get<std::string>();
   };
 
-  transformer_spec m;
+  model_config out;
+  transformer_spec& m = out.model;
+  const auto unpriced = [&](const std::string& what) { out.unpriced.push_back(what); };
+  // A field's value as JSON text, or empty when absent or null.
+  const auto given = [&](const char* name) -> std::string {
+    return j.contains(name) && !j.at(name).is_null() ? j.at(name).dump() : std::string();
+  };
+  const std::string cls = text("_class_name");
+  const detail::diffusers_class* diffusers = nullptr;
+  for (const auto& c : detail::diffusers_classes)
+    if (cls == c.name) diffusers = &c;
+  if (!cls.empty() && diffusers == nullptr && text("attention").empty())
+    fail("_class_name '" + cls + "' is a diffusers transformer this reader does not know; add \"attention\" (full, "
+         "causal or factorized_2d) and its text tokens (text_tokens or cross_attention_tokens) to the file");
+
   m.name = text("name");
   if (m.name.empty()) m.name = text("_name_or_path");
   if (m.name.empty()) m.name = text("model_type");
-  if (m.name.empty()) m.name = std::filesystem::path(src).stem().string();
+  if (m.name.empty()) {  // the file's name, or for a model folder's config.json the folder's
+    std::filesystem::path at(src);
+    if (at.stem() == "config") at = at.parent_path();
+    if (at.filename() == "transformer") at = at.parent_path();
+    m.name = at.filename().string();
+    if (m.name.empty()) m.name = "config";
+  }
 
   m.blocks = static_cast<int>(integer({"num_hidden_layers", "num_layers", "n_layer"}, true, 0));
   m.heads = static_cast<int>(integer({"num_attention_heads", "num_heads", "n_head"}, true, 0));
@@ -68,6 +125,19 @@ inline transformer_spec from_config_json(const nlohmann::json& j, std::string_vi
   if (kv != m.heads) m.kv_heads = static_cast<int>(kv);
 
   m.experts = static_cast<int>(integer({"num_experts", "num_local_experts", "n_routed_experts"}, false, 0));
+  // A diffusers transformer's MLP: its ffn_dim, else mlp_ratio x width, else diffusers'
+  // FeedForward default of 4 x width.
+  std::int64_t default_mlp = 0;
+  if (!cls.empty()) {
+    default_mlp = 4 * m.hidden;
+    if (j.contains("mlp_ratio") && !j.at("mlp_ratio").is_null()) {
+      const double width = r.number(j.at("mlp_ratio"), "mlp_ratio") * static_cast<double>(m.hidden);
+      if (!(width >= 1 && width <= std::numeric_limits<std::int32_t>::max()))
+        fail("mlp_ratio = " + j.at("mlp_ratio").dump() + " gives an MLP of " + std::to_string(width) +
+             " channels; give a positive ratio (4.0 for HunyuanVideo) or ffn_dim");
+      default_mlp = static_cast<std::int64_t>(width);
+    }
+  }
   if (m.experts > 0) {
     m.experts_per_token = static_cast<int>(integer({"num_experts_per_tok", "moe_topk"}, true, 0));
     if (m.experts_per_token == 0 || m.experts_per_token > m.experts)
@@ -87,45 +157,114 @@ inline transformer_spec from_config_json(const nlohmann::json& j, std::string_vi
     for (const char* moe : {"num_experts_per_tok", "moe_intermediate_size"})
       if (j.contains(moe) && !j.at(moe).is_null() && !(j.at(moe).is_number_integer() && j.at(moe).get<std::int64_t>() == 0))
         fail(std::string("field '") + moe + "' is set but num_experts is missing; give num_experts (a MoE model) or drop it");
-    m.mlp_width = integer({"intermediate_size", "ffn_dim", "n_inner"}, true, 0);
+    m.mlp_width = integer({"intermediate_size", "ffn_dim", "n_inner"}, cls.empty(), default_mlp);
   }
   if (m.mlp_width == 0) fail("intermediate_size must be positive");
 
-  // Gated MLPs (SwiGLU) come with silu; an explicit mlp_matrices wins.
-  const std::string act = text("hidden_act").empty() ? text("activation_function") : text("hidden_act");
-  m.mlp_matrices = (act == "silu" || act == "swish" || act == "swiglu") ? 3 : 2;
+  // Gated MLPs: SwiGLU comes with silu, and the transformers families of `gated_model_types`
+  // gate whatever their activation (Gemma's GeGLU); an explicit mlp_matrices wins.
+  std::string act = text("hidden_act");
+  if (act.empty()) act = text("hidden_activation");
+  if (act.empty()) act = text("activation_function");
+  if (act.empty()) act = text("activation_fn");
+  const std::string type = text("model_type");
+  const bool gated_family = std::find(detail::gated_model_types.begin(), detail::gated_model_types.end(), type) !=
+                            detail::gated_model_types.end();
+  m.mlp_matrices = (gated_family || act == "silu" || act == "swish" || act == "swiglu" || act == "geglu") ? 3 : 2;
   m.mlp_matrices = static_cast<int>(integer({"mlp_matrices"}, false, m.mlp_matrices));
 
-  m.cross_attention_tokens = integer({"cross_attention_tokens", "text_len"}, false, 0);
+  m.cross_attention_tokens = integer({"cross_attention_tokens", "text_len"}, false, diffusers ? diffusers->cross_attention_tokens : 0);
   m.text_tokens = integer({"text_tokens"}, false, 0);
-  // Language models are causal; a model with cross-attention (a diffusion transformer) is full.
+  if (diffusers != nullptr && !j.contains("text_tokens"))
+    m.text_tokens = diffusers->text_tokens >= 0 ? diffusers->text_tokens : integer({"max_text_seq_length"}, true, 0);
+  // Language models are causal; a model with cross-attention or joint text tokens (a diffusion
+  // transformer) is full.
   const std::string att = text("attention");
-  if (att.empty()) m.attention = m.cross_attention_tokens > 0 ? attention_kind::full : attention_kind::causal;
+  if (att.empty())
+    m.attention = diffusers != nullptr || m.cross_attention_tokens > 0 ? attention_kind::full : attention_kind::causal;
   else if (att == "full") m.attention = attention_kind::full;
   else if (att == "causal") m.attention = attention_kind::causal;
   else if (att == "factorized_2d") m.attention = attention_kind::factorized_2d;
   else fail("attention = '" + att + "'; use full, causal or factorized_2d");
+
+  // HunyuanVideo: dual-stream blocks, then single-stream ones; every token passes each.
+  if (const std::int64_t single = integer({"num_single_layers"}, false, 0); single > 0) {
+    unpriced("num_layers = " + std::to_string(m.blocks) + " dual-stream blocks are priced as single-stream ones: "
+             "their text-stream weights are not counted");
+    m.blocks += static_cast<int>(single);
+  }
+
+  // Fields that change cost and that the model does not price: said, not dropped.
+  if (const std::string v = given("vocab_size"); !v.empty() && v != "0")
+    unpriced("vocab_size = " + v + ": the embedding, the LM head and the logits' memory are not priced");
+  if (const std::string w = given("sliding_window"); !w.empty() && given("use_sliding_window") != "false")
+    unpriced("sliding_window = " + w + ": attention is priced over the whole sequence");
+  for (const char* mla : {"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"})
+    if (const std::string v = given(mla); !v.empty()) {
+      unpriced(std::string(mla) + " = " + v + ": multi-head latent attention is priced as multi-head attention of "
+               "hidden_size / num_attention_heads wide heads");
+      break;
+    }
+  if (const std::string v = given("first_k_dense_replace"); !v.empty() && v != "0")
+    unpriced("first_k_dense_replace = " + v + ": those dense blocks are priced as MoE blocks");
+  if (const std::string v = given("num_nextn_predict_layers"); !v.empty() && v != "0")
+    unpriced("num_nextn_predict_layers = " + v + ": the multi-token-prediction layers are not priced");
+  if (const std::string v = given("mlp_only_layers"); !v.empty() && v != "[]")
+    unpriced("mlp_only_layers = " + v + ": those dense blocks are priced as MoE blocks");
+  if (const std::string v = given("decoder_sparse_step"); !v.empty() && v != "1")
+    unpriced("decoder_sparse_step = " + v + ": the dense blocks between MoE ones are priced as MoE blocks");
+  if (const std::string v = given("image_dim"); diffusers != nullptr && !v.empty())
+    unpriced("image_dim = " + v + ": the image tokens of image-to-video cross-attention are not priced");
 
   try {
     validate(m);
   } catch (const error& e) {
     fail(std::string("inconsistent fields: ") + e.what());
   }
-  return m;
+  return out;
 }
 
-/// The model of a `config.json` read from `in`; `source` names it in errors.
-inline transformer_spec from_config(std::istream& in, std::string_view source = "config.json") {
-  return from_config_json(json_reader("model config '" + std::string(source) + "': ").parse(in), source);
+/// The model a parsed `config.json` describes (`read_config_json(j, source).model`), without
+/// the fields it leaves unpriced: call `read_config_json` to hear of them.
+inline transformer_spec from_config_json(const nlohmann::json& j, std::string_view source = "config.json") {
+  return read_config_json(j, source).model;
 }
 
-/// The model of the `config.json` at `path`.
-inline transformer_spec from_config(const std::filesystem::path& path) {
-  std::ifstream in(path);
+/// The model of a `config.json` read from `in`, and what it leaves unpriced; `source` names it in errors.
+inline model_config read_config(std::istream& in, std::string_view source = "config.json") {
+  return read_config_json(json_reader("model config '" + std::string(source) + "': ").parse(in), source);
+}
+
+/// The model of the config at `path`: a config.json, or a downloaded model folder holding one
+/// (a transformers model's `config.json`, or a diffusers pipeline's `transformer/config.json`).
+inline model_config read_config(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::path file = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    file.clear();
+    for (const char* inside : {"config.json", "transformer/config.json"})
+      if (std::filesystem::is_regular_file(path / inside, ec)) {
+        file = path / inside;
+        break;
+      }
+    check(!file.empty(), errc::io_error, [&] {
+      return "model config '" + path.string() + "' is a folder with no config.json or transformer/config.json; give "
+             "the path of the model's config file";
+    });
+  }
+  std::ifstream in(file);
   check(static_cast<bool>(in), errc::io_error, [&] {
-    return "cannot open model config '" + path.string() + "'; give the path of a Hugging Face config.json";
+    return "cannot open model config '" + file.string() + "'; give the path of a Hugging Face config.json";
   });
-  return from_config(in, path.string());
+  return read_config(in, file.string());
 }
+
+/// The model of a `config.json` read from `in` (`read_config(in, source).model`).
+inline transformer_spec from_config(std::istream& in, std::string_view source = "config.json") {
+  return read_config(in, source).model;
+}
+
+/// The model of the config at `path` (`read_config(path).model`).
+inline transformer_spec from_config(const std::filesystem::path& path) { return read_config(path).model; }
 
 }  // namespace dcp::models

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -106,7 +107,7 @@ inline const char* to_string(attention_kind k) noexcept {
 }
 
 inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
-  return os << "transformer_spec{" << m.name << ", L=" << m.blocks << ", h=" << m.hidden << ", heads=" << m.heads
+  os << "transformer_spec{" << m.name << ", L=" << m.blocks << ", h=" << m.hidden << ", heads=" << m.heads
             << ", f=" << m.mlp_width << ", m=" << m.mlp_matrices << ", " << to_string(m.attention)
             << ", text=" << m.text_tokens;
   if (m.kv_heads > 0) os << ", kv_heads=" << m.kv_heads;
@@ -115,6 +116,28 @@ inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
   if (m.is_moe())
     os << ", experts=" << m.experts << "x" << m.expert_width << " top" << m.experts_per_token << "+" << m.shared_experts;
   return os << "}";
+}
+
+/// A person's line for a model: its shape, and the parameters its blocks hold (total and, for a
+/// MoE model, those a token passes through). Two models that price differently read differently.
+inline std::string describe(const transformer_spec& m) {
+  std::ostringstream os;
+  os << m.blocks << " blocks, width " << m.hidden << ", " << m.heads << " heads";
+  if (m.kv_heads > 0) os << " (" << m.kv_heads << " key/value)";
+  if (m.head_dim > 0) os << " of " << m.head_dim;
+  if (m.is_moe())
+    os << ", " << m.experts << " experts of " << m.expert_width << " (top " << m.experts_per_token << ", "
+       << m.shared_experts << " shared)";
+  else
+    os << ", MLP " << m.mlp_width;
+  os << (m.mlp_matrices == 3 ? " gated" : "") << ", " << to_string(m.attention) << " attention";
+  if (m.text_tokens > 0) os << ", " << m.text_tokens << " text tokens";
+  if (m.cross_attention_tokens > 0) os << ", cross-attention to " << m.cross_attention_tokens << " text tokens";
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << "; " << m.parameters() / 1e9 << "B parameters in blocks";
+  if (m.is_moe()) os << ", " << m.blocks * m.active_block_parameters() / 1e9 << "B active";
+  return os.str();
 }
 
 /// The transformer of any `model_spec`: its sizes, attention and text tokens (and its name when

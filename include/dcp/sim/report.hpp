@@ -31,6 +31,9 @@ struct comparison_header {
   std::string truth{};           ///< the truth SPEC (or profile) plans ran on; empty = the cost model's clock
   std::string groups = "buddy";  ///< the group sizes planners could use: any (contiguous_groups) or buddy
   std::uint64_t truth_seed = 0;  ///< the jitter seed of the truth
+  std::string model_shape{};     ///< `describe(model)`: what the model is; printed when given
+  double model_parameters = 0;         ///< P = L P_b, the parameters of the model's blocks (0: not given)
+  double model_active_parameters = 0;  ///< L P_act, those a token passes through
   friend bool operator==(const comparison_header&, const comparison_header&) = default;
 };
 
@@ -72,6 +75,7 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
   os << h.workload << ": " << h.sequences << " sequences, " << detail::format("%.1f", static_cast<double>(h.tokens) / 1e6)
      << "M tokens in " << h.batches << " global batches; " << h.model << " on " << h.gpus << " x " << h.device << " ("
      << h.gpus_per_node << " per node), groups " << h.groups << "\n";
+  if (!h.model_shape.empty()) os << "model: " << h.model_shape << "\n";
   const bool on_truth = !h.truth.empty();
   if (on_truth)
     os << "executed on truth " << h.truth << " (jitter seed " << h.truth_seed
@@ -107,7 +111,8 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
 /// "methods": [{"method", "tokens_per_s", "speedup_vs_bucket" (null without a bucket row),
 /// "efficiency" (vs the joint bound), "simple_efficiency" (vs the simple bound), "imbalance", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps",
 /// "communicators_per_rank", "communicator_bytes_per_rank" (`run_metrics`)}], "groups"};
-/// a run on a truth adds "truth" (the SPEC) and "truth_seed".
+/// a run on a truth adds "truth" (the SPEC) and "truth_seed"; a header with the model's
+/// parameters adds "model_parameters" and "model_active_parameters".
 inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<const run_metrics> rows) {
   nlohmann::ordered_json methods = nlohmann::ordered_json::array();
   for (const auto& r : rows) {
@@ -129,6 +134,8 @@ inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<c
                                 {"gpus", h.gpus},         {"sequences", h.sequences}, {"tokens", h.tokens},
                                 {"groups", h.groups}};
   if (!h.truth.empty()) out["truth"] = h.truth, out["truth_seed"] = h.truth_seed;
+  if (h.model_parameters > 0)
+    out["model_parameters"] = h.model_parameters, out["model_active_parameters"] = h.model_active_parameters;
   out["methods"] = std::move(methods);
   return out;
 }
