@@ -233,7 +233,8 @@ int run(const cli_options& o) {
   dcp::models::model_config read;
   if (!o.model_config.empty()) {
     read = dcp::models::read_config(std::filesystem::path(o.model_config));
-    for (const auto& u : read.unpriced) std::cerr << "dcp-sim: note: model config '" << o.model_config << "': " << u << "\n";
+    for (const auto& u : read.unpriced)
+      std::cerr << "dcp-sim: note: model config '" << o.model_config << "': " << u << "\n";
   }
   const dcp::transformer_spec model =
       !o.model_config.empty() ? read.model

@@ -82,8 +82,9 @@ double joint_by_bisection(const dcp::analytic_cost& c, std::span<const dcp::sequ
     const auto load = c.load_of(s);
     auto& o = opts.emplace_back();
     for (const auto& x : dcp::options_of(c, load)) {
-      o.emplace_back(c.shared_time_floor(load, x.sp, x.checkpointed_blocks, x.time_s, whole), std::max(c.work_floor(load, x.sp, x.checkpointed_blocks),
-                                        c.packed_work_floor(load, x.sp, x.checkpointed_blocks)));
+      o.emplace_back(c.shared_time_floor(load, x.sp, x.checkpointed_blocks, x.time_s, whole),
+                     std::max(c.work_floor(load, x.sp, x.checkpointed_blocks),
+                              c.packed_work_floor(load, x.sp, x.checkpointed_blocks)));
       hi = std::max(hi, x.time_s);
     }
     double w = 0;
@@ -220,7 +221,8 @@ TEST(LowerBounds, SharedTimeFloorHoldsForEveryStepThatHoldsTheSequence) {
     const double floor = c.shared_time_floor(l, o.sp, o.checkpointed_blocks, o.time_s, whole);
     ASSERT_LE(floor, o.time_s);
     below_alone += floor < o.time_s;
-    const int k = r.between(0, 1) ? o.checkpointed_blocks : static_cast<int>(r.between(o.checkpointed_blocks, c.blocks()));
+    const int k =
+        r.between(0, 1) ? o.checkpointed_blocks : static_cast<int>(r.between(o.checkpointed_blocks, c.blocks()));
     // Company up to a random share more tokens (the fastest company is a little, not all).
     const double most = l.tokens * (1 + static_cast<double>(r.log_between(1, 3000)) / 1000);
     dcp::analytic_load step = l;

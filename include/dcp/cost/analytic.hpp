@@ -90,7 +90,8 @@ struct analytic_cost {
     if (parallel.sharding == sharding_kind::zero3) fixed = 6 * held / model.blocks, divided = 16 * p;
     if (fixed < c && divided > 0) {
       // Fewer GPUs than a node, or whole nodes (the layouts `parallel_layout` accepts).
-      const double g = parallel.gpus_per_node, n = std::ceil(divided / (c - fixed)), least = n <= g ? n : std::ceil(n / g) * g;
+      const double g = parallel.gpus_per_node, n = std::ceil(divided / (c - fixed));
+      const double least = n <= g ? n : std::ceil(n / g) * g;
       return out + "it fits from " + std::to_string(static_cast<long long>(least)) + " GPUs; use that many or more, " +
              (parallel.sharding == sharding_kind::zero3 ? "" : "sharding = zero3, ") + "or a device with more memory";
     }
@@ -100,7 +101,8 @@ struct analytic_cost {
       fixes += (fixes.empty() ? "" : ", ") + std::string("tp = ") + std::to_string(wider);
     if (model.is_moe() && model.experts % (2 * parallel.ep) == 0)
       fixes += (fixes.empty() ? "" : ", ") + std::string("ep = ") + std::to_string(2 * parallel.ep);
-    return out + "no GPU count fits: the " + std::to_string(fixed) + " B each GPU holds whatever their number exceed it; " +
+    return out + "no GPU count fits: the " + std::to_string(fixed) +
+           " B each GPU holds whatever their number exceed it; " +
            (fixes.empty() ? "use a device with more memory" : "use " + fixes + " or a device with more memory");
   }
 
@@ -271,7 +273,8 @@ struct analytic_cost {
     const double L = model.blocks, c = L * 2 * model.active_block_parameters(), b = device.x_half * sp;
     const double n = std::min({std::sqrt(l.attention * b / c), sp * max_tokens_per_gpu(), batch.tokens});
     if (!(n > l.tokens)) return alone_s;
-    const double compute = (3 + k / L) * (l.attention + c * n) * (1 + b / n) / (sp * parallel.tp * device.peak * device.eff_max);
+    const double compute =
+        (3 + k / L) * (l.attention + c * n) * (1 + b / n) / (sp * parallel.tp * device.peak * device.eff_max);
     double best = alone_s;
     for (int r = step_ring(sp); r <= std::min(sp, std::max(1, parallel.ring)) && sp % r == 0; r *= 2) {
       const step_terms s = terms(l, sp, k, r);

@@ -48,10 +48,11 @@
 ///   - `shared_time_floor_cost_model`: `c.shared_time_floor(l, sp, k, alone_s, batch)`, given
 ///     `alone_s` (l's time alone with k blocks at its fastest legal ring), the least seconds of any
 ///     step on sp units with at least k blocks that holds l among sequences of `batch` (their
-///     summed load). Law: at most `alone_s`, and at most the time of every such step that fits. A model whose steps run more efficiently the
-///     more tokens they hold (eff(x)) can finish a sequence sooner in company than alone; the lower
-///     bounds take this floor for t_i where a model has it, and `alone_s` where it does not (such
-///     a model's time must not fall as a step's load grows).
+///     summed load). Law: at most `alone_s`, and at most the time of every such step that fits.
+///     A model whose steps run more efficiently the more tokens they hold (eff(x)) can finish a
+///     sequence sooner in company than alone; the lower bounds take this floor for t_i where a
+///     model has it, and `alone_s` where it does not (such a model's time must not fall as a
+///     step's load grows).
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <algorithm>

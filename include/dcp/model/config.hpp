@@ -39,11 +39,11 @@ namespace detail {
 struct diffusers_class {
   std::string_view name;
   std::int64_t cross_attention_tokens;  // text tokens attended through cross-attention
-  std::int64_t text_tokens;             // text tokens joined to the sequence (joint attention)
+  std::int64_t text_tokens;             // joined to the sequence (joint attention); -1: max_text_seq_length
 };
 inline constexpr std::array<diffusers_class, 3> diffusers_classes{{
     {"WanTransformer3DModel", 512, 0},             // Wan2.1: umT5 text_len 512 (the original config's)
-    {"CogVideoXTransformer3DModel", 0, -1},        // max_text_seq_length (226 for CogVideoX-5b)
+    {"CogVideoXTransformer3DModel", 0, -1},        // the file's max_text_seq_length (226 for CogVideoX-5b)
     {"HunyuanVideoTransformer3DModel", 0, 256},    // the LLM text encoder's 256 tokens (text_len)
 }};
 
@@ -173,7 +173,8 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
   m.mlp_matrices = (gated_family || act == "silu" || act == "swish" || act == "swiglu" || act == "geglu") ? 3 : 2;
   m.mlp_matrices = static_cast<int>(integer({"mlp_matrices"}, false, m.mlp_matrices));
 
-  m.cross_attention_tokens = integer({"cross_attention_tokens", "text_len"}, false, diffusers ? diffusers->cross_attention_tokens : 0);
+  m.cross_attention_tokens =
+      integer({"cross_attention_tokens", "text_len"}, false, diffusers ? diffusers->cross_attention_tokens : 0);
   m.text_tokens = integer({"text_tokens"}, false, 0);
   if (diffusers != nullptr && !j.contains("text_tokens"))
     m.text_tokens = diffusers->text_tokens >= 0 ? diffusers->text_tokens : integer({"max_text_seq_length"}, true, 0);
