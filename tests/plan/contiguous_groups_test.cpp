@@ -65,8 +65,11 @@ TEST(contiguous_groups, keeps_the_laws_for_every_size_on_random_layouts) {
       // Every size inside a node, and every multiple of a node, has blocks; no other.
       const bool expected = sp <= node || sp % node == 0;
       EXPECT_EQ(count > 0, expected) << g << " sp " << sp;
-      if (sp <= node) EXPECT_EQ(count, (n < node ? 1 : n / node) * (std::min(n, node) / sp)) << g << " sp " << sp;
-      else if (expected) EXPECT_EQ(count, n / sp) << g << " sp " << sp;
+      if (sp <= node) {
+        EXPECT_EQ(count, (n < node ? 1 : n / node) * (std::min(n, node) / sp)) << g << " sp " << sp;
+      } else if (expected) {
+        EXPECT_EQ(count, n / sp) << g << " sp " << sp;
+      }
     }
   }
 }
@@ -79,9 +82,14 @@ TEST(contiguous_groups, powers_of_two_are_buddy_blocks) {
       const dcp::buddy_groups b{n, node};
       for (int sp = 1; sp <= n; ++sp) {
         ASSERT_EQ(g.block_count(sp), b.block_count(sp)) << g << " sp " << sp;
-        for (int i = 0; i < g.block_count(sp); ++i) EXPECT_EQ(g.block(sp, i), b.block(sp, i)) << g << " sp " << sp;
-        if (b.block_count(sp) > 0)
-          for (int rank = 0; rank < sp * b.block_count(sp); ++rank) EXPECT_EQ(g.block_of(rank, sp), b.block_of(rank, sp));
+        for (int i = 0; i < g.block_count(sp); ++i) {
+          EXPECT_EQ(g.block(sp, i), b.block(sp, i)) << g << " sp " << sp;
+        }
+        if (b.block_count(sp) > 0) {
+          for (int rank = 0; rank < sp * b.block_count(sp); ++rank) {
+            EXPECT_EQ(g.block_of(rank, sp), b.block_of(rank, sp));
+          }
+        }
       }
       // The any-size manager offers the same blocks for those sizes.
       const dcp::contiguous_groups any{n, node};
@@ -150,9 +158,13 @@ TEST(contiguous_groups, every_planner_plans_valid_plans_and_dcp_is_never_slower_
       EXPECT_TRUE(v.empty()) << k.model.name << " trial " << trial << ": " << v.front();
       const dcp::plan q = dcp::dcp_planner{}.plan(on_buddy, batch);
       // Never slower, unless already within 0.1% of the bound (where the planner stops looking).
-      if (p.efficiency() < 0.999) EXPECT_LE(p.makespan_s, q.makespan_s * (1 + 1e-12)) << k.model.name << " trial " << trial;
+      if (p.efficiency() < 0.999) {
+        EXPECT_LE(p.makespan_s, q.makespan_s * (1 + 1e-12)) << k.model.name << " trial " << trial;
+      }
       EXPECT_LE(p.joint_lower_bound_s, q.joint_lower_bound_s * (1 + 1e-12));  // more options, lower bound
-      for (const auto& s : dcp::dcp_planner{.inter = false}.plan(on_any, batch).steps) other_sizes += !power_of_two(s.sp());
+      dcp::dcp_planner without_inter;
+      without_inter.inter = false;
+      for (const auto& s : without_inter.plan(on_any, batch).steps) other_sizes += !power_of_two(s.sp());
       const dcp::plan d = dcp::tune(dcp::dynamic_cp_planner{}, on_any, batch).plan(on_any, batch);
       EXPECT_TRUE(dcp::plan_violations(d, batch, c, any).empty());
       for (const auto& s : d.steps) EXPECT_TRUE(power_of_two(s.sp())) << "dynamic_cp sp " << s.sp();

@@ -127,7 +127,9 @@ TEST(RingChoice, EveryLegalRingMatchesTranscription) {
         ASSERT_EQ(c.heads() % (sp / r), 0) << c << " sp " << sp << " r " << r;
         const double t = c.time(l, sp, k, r), ref = reference_time(c, seqs, sp, k, r);
         EXPECT_NEAR(t, ref, 1e-12 * ref) << c << " sp " << sp << " k " << k << " r " << r;
-        if (c.memory(l, sp, k) <= c.capacity()) EXPECT_LE(c.work_floor(l, sp, k, r), sp * t * (1 + 1e-12));
+        if (c.memory(l, sp, k) <= c.capacity()) {
+          EXPECT_LE(c.work_floor(l, sp, k, r), sp * t * (1 + 1e-12));
+        }
         ++checked;
         wider += r > dcp::step_ring_of(c, sp);
       }
