@@ -232,11 +232,10 @@ struct fitted_cost {
     const double lin = coef.linear_flop_s * L * 2 * m.block_parameters(), att = coef.attention_flop_s * l.attention;
     const double n = std::min({std::sqrt(att * b / lin), sp * max_tokens_per_gpu(), batch.tokens});
     if (!(n > l.tokens)) return alone_s;
-    auto f = time_features(l, sp, k);
-    f[0] = f[1] = 0;
+    const auto f = time_features(l, sp, k);
     const auto c = coef.time_array();
     double t = (3 + recompute_ratio * k / L) * (att + lin * n) * (1 + b / n) / sp;
-    for (std::size_t i = 2; i < f.size(); ++i) t += f[i] * c[i];
+    for (std::size_t i = 2; i < f.size(); ++i) t += f[i] * c[i];  // 0 and 1 are the compute, above
     return std::min(alone_s, t);
   }
 

@@ -142,9 +142,9 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
           floor = work_r < floor ? work_r : floor;
           packed = packed_r < packed ? packed_r : packed;
         }
-        const double alone = in_company(load, o) / speed;
-        terms.push_back({alone, std::max(floor, packed), share});
-        w = std::min(w, floor), t = std::min(t, alone);
+        const double fastest = in_company(load, o) / speed;
+        terms.push_back({fastest, std::max(floor, packed), share});
+        w = std::min(w, floor), t = std::min(t, fastest);
         continue;
       }
       const double floor = least_work_floor(cost, load, sp, k);
