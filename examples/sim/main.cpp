@@ -68,6 +68,7 @@ struct cli_options {
   std::string lengths;
   std::string model;
   std::string model_config;
+  std::string loss;  // empty: the model's (full)
   int tp = 1;
   int ep = 1;
   int ring = 1;
@@ -236,11 +237,20 @@ int run(const cli_options& o) {
     for (const auto& u : read.unpriced)
       std::cerr << "dcp-sim: note: model config '" << o.model_config << "': " << u << "\n";
   }
-  const dcp::transformer_spec model =
-      !o.model_config.empty() ? read.model
-      : !o.model.empty()      ? dcp::models::preset(o.model)
-                              : dcp::models::preset(o.lengths.empty() ? dcp::workloads::default_model(o.workload)
-                                                                      : std::string_view("cogvideox-5b"));
+  dcp::transformer_spec model = !o.model_config.empty() ? read.model
+                                : !o.model.empty()
+                                    ? dcp::models::preset(o.model)
+                                    : dcp::models::preset(o.lengths.empty() ? dcp::workloads::default_model(o.workload)
+                                                                            : std::string_view("cogvideox-5b"));
+  if (!o.loss.empty()) {
+    dcp::check(o.loss == "full" || o.loss == "chunked", dcp::errc::invalid_argument,
+               [&] { return "--loss '" + o.loss + "' must be full or chunked"; });
+    dcp::check(model.vocab > 0, dcp::errc::invalid_argument, [&] {
+      return "--loss " + o.loss + " prices the logits of a vocabulary, and model '" + model.name +
+             "' has none (vocab = 0); drop --loss, or give a --model-config with vocab_size";
+    });
+    model.loss = o.loss == "chunked" ? dcp::loss_kind::chunked : dcp::loss_kind::full;
+  }
   // The table's model line names the layout beyond data x sequence parallelism.
   std::string model_name = model.name;
   if (o.tp > 1) model_name += " tp" + std::to_string(o.tp);
@@ -295,10 +305,21 @@ int run(const cli_options& o) {
   dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}.validate();
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
   dcp::check((cost.is_classic() && nodes.empty()) || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
-    return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding, --ring and "
-           "the GQA/MoE/cross-attention model, or use --truth SPEC";
+    return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding, --ring "
+           "and the GQA/MoE/cross-attention/vocabulary model, or use --truth SPEC";
   });
   const dcp::dataset data = o.lengths.empty() ? dcp::workloads::make(o.workload, o.seed) : dcp::read_lengths_file(o.lengths);
+  if (read.max_positions > 0) {
+    std::int64_t longest = 0, over = 0;
+    for (const auto& s : data) {
+      longest = std::max(longest, cost.tokens_of(s));
+      over += cost.tokens_of(s) > read.max_positions;
+    }
+    if (over > 0)
+      std::cerr << "dcp-sim: note: model config '" << o.model_config << "': " << over << " sequences of " << source
+                << " are longer than max_position_embeddings = " << read.max_positions << " (the longest " << longest
+                << " tokens); they are planned as given, beyond the positions the model was trained for\n";
+  }
 
   dcp::sim::method_settings settings;
   settings.on_infeasible = o.on_infeasible == "skip" ? dcp::infeasible_policy::skip : dcp::infeasible_policy::error;
@@ -317,8 +338,8 @@ int run(const cli_options& o) {
   for (const auto& s : data) header.tokens += cost.tokens_of(s);
   header.groups = sizes == dcp::group_sizes::any ? "any" : "buddy";
   header.model_shape = dcp::describe(model);
-  header.model_parameters = model.parameters();
-  header.model_active_parameters = model.blocks * model.active_block_parameters();
+  header.model_parameters = model.total_parameters();
+  header.model_active_parameters = model.blocks * model.active_block_parameters() + model.vocabulary_parameters();
 
   const bool views = !o.trace_out.empty() || !o.svg_out.empty();
   dcp::check(!o.calibrate || with_truth, dcp::errc::invalid_argument, [] {
@@ -447,6 +468,10 @@ int main(int argc, char** argv) {
   auto* model_config = app.add_option("--model-config", o.model_config, "a Hugging Face config.json describing the model");
   model->excludes(model_config);
   model_config->excludes(model);
+  app.add_option("--loss", o.loss,
+                 "how the loss holds its logits (models with a vocabulary): full (every token's "
+                 "logits at once, Megatron's cross entropy) or chunked (a fused linear cross "
+                 "entropy over chunks, Liger-Kernel's); default full");
   app.add_option("--tp", o.tp, "tensor-parallel size: the planner's unit is a TP group of this many GPUs on one node")
       ->capture_default_str();
   app.add_option("--ep", o.ep, "expert-parallel size (MoE models): experts shard over this many GPUs")->capture_default_str();

@@ -121,6 +121,57 @@ TEST(fitted_cost, prior_is_the_analytic_model_exactly) {
   }
 }
 
+// Llama-3.1-8B as published: 8 key/value heads and a 128256-token vocabulary, untied, full loss
+// (its logits outweigh a block's working set) or chunked.
+dcp::transformer_spec published_llama(dcp::loss_kind loss) {
+  auto m = dcp::models::llama3_8b();
+  m.kv_heads = 8, m.vocab = 128256, m.loss = loss;
+  return m;
+}
+
+TEST(fitted_cost, prior_is_the_analytic_model_exactly_with_gqa_and_a_vocabulary) {
+  rng g(14);
+  for (const auto loss : {dcp::loss_kind::full, dcp::loss_kind::chunked})
+    for (int gpus : {2, 8, 32}) {  // 8B with its vocabulary does not fit one GPU under zero1
+      const auto a = dcp::make_analytic_cost(published_llama(loss), dcp::devices::h200(), gpus);
+      EXPECT_FALSE(a.is_classic());
+      EXPECT_TRUE(a.has_fitted_form());
+      const auto f = dcp::make_fitted_cost(a);
+      for (int i = 0; i < 200; ++i) {
+        const auto o = calib_test::random_step(f, g);
+        const int sp = o.sp, k = o.checkpointed_blocks;
+        EXPECT_NEAR(f.time(o.load, sp, k) / a.time(o.load, sp, k), 1, 1e-12);
+        EXPECT_NEAR(f.memory(o.load, sp, k) / a.memory(o.load, sp, k), 1, 1e-12);
+        EXPECT_NEAR(f.work_floor(o.load, sp, k) / a.work_floor(o.load, sp, k), 1, 1e-9);
+      }
+      EXPECT_NEAR(f.max_tokens_per_gpu() / a.max_tokens_per_gpu(), 1, 1e-12);
+    }
+  // Layouts outside the form are refused by name.
+  const auto tp2 =
+      dcp::make_analytic_cost(published_llama(dcp::loss_kind::full), dcp::devices::h200(), {.gpus = 16, .tp = 2});
+  EXPECT_DCP_ERROR((void)dcp::make_fitted_cost(tp2), dcp::errc::invalid_argument, "tp = ep = 1");
+}
+
+TEST(fitted_cost, fit_recovers_known_coefficients_with_the_logits_fixed) {
+  rng g(15);
+  for (int trial = 0; trial < 8; ++trial) {
+    const auto p = calib_test::prior(16, published_llama(dcp::loss_kind::full));
+    const auto truth = calib_test::scaled_truth(p, g);
+    const auto obs = calib_test::observe_on(truth, 60, g);
+    const auto fit = dcp::fit_cost(p, obs, {0.0, true, true});
+    const auto wm = truth.coef.memory_array(), gm = fit.coef.memory_array();
+    for (std::size_t j = 0; j < wm.size(); ++j) EXPECT_NEAR(gm[j] / wm[j], 1, 1e-6) << "memory term " << j;
+    const auto want = truth.coef.time_array(), got = fit.coef.time_array();
+    for (std::size_t j = 0; j < want.size(); ++j) {
+      if (want[j] > 0) {
+        EXPECT_NEAR(got[j] / want[j], 1, 1e-6) << "time term " << j;
+      }
+    }
+    EXPECT_LT(fit.residuals.memory_max, 1e-8);
+    EXPECT_LT(fit.residuals.time_max, 1e-8);
+  }
+}
+
 TEST(fitted_cost, fit_recovers_known_coefficients_from_synthetic_steps) {
   rng g(13);
   for (int trial = 0; trial < 20; ++trial) {
@@ -256,20 +307,21 @@ TEST(fit_json, round_trips_exactly) {
   EXPECT_EQ(dcp::read_fit(old, "old").recompute_ratio, 1.0);
 }
 
-// A fit holds the plain dense model; a file whose model sets a field the fit does not price
-// (GQA here) is refused, never read as the dense model it is not.
+// A fit holds the dense self-attention model (GQA and a vocabulary in its form); a file whose
+// model sets a field the fit does not price (a cross-attention here) is refused, never read as
+// the model it is not.
 TEST(fit_json, a_model_field_it_cannot_price_is_refused) {
   std::stringstream s;
   dcp::write_fit(s, calib_test::prior(8));
   auto j = nlohmann::json::parse(s.str());
-  j["model"]["kv_heads"] = 8;
+  j["model"]["cross_attention_tokens"] = 512;
   std::istringstream in(j.dump());
   try {
-    (void)dcp::read_fit(in, "gqa.json");
-    ADD_FAILURE() << "a fit with kv_heads was read";
+    (void)dcp::read_fit(in, "cross.json");
+    ADD_FAILURE() << "a fit with cross_attention_tokens was read";
   } catch (const dcp::error& e) {
     EXPECT_EQ(e.code(), dcp::errc::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("plain multi-head self-attention"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("self-attention only"), std::string::npos) << e.what();
   }
 }
 

@@ -264,7 +264,12 @@ const std::vector<entry>& catalogue() {
       {"lengths-truncated-token", "parse_error", "l.txt:2: expected an integer token count but found '12e'",
        [] { return lib([] { read_lengths_text("10\n12e"); }); }},
       {"lengths-truncated", "parse_error", "the file is truncated or was edited",
-       [] { return lib([] { std::istringstream in("# dcp lengths file: 3 sequences\n100\n200\n30"); dcp::read_lengths(in, "l.txt"); }); }},
+       [] {
+         return lib([] {
+           std::istringstream in("# dcp lengths file: 3 sequences\n100\n200\n30");
+           dcp::read_lengths(in, "l.txt");
+         });
+       }},
       {"lengths-missing-file", "io_error", "cannot open lengths file",
        [] { return lib([] { (void)dcp::read_lengths_file(scratch() / "no-such-file.txt"); }); }},
       {"lengths-directory", "io_error", "it is a directory",
@@ -288,7 +293,8 @@ const std::vector<entry>& catalogue() {
        [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["time_s"] = -0.5; })); }},
       {"profile-nan-memory", "invalid_argument", "entry 0 has memory_bytes = nan (must be finite, not negative)",
        [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["memory_bytes"] = nullptr; })); }},
-      {"profile-negative-memory", "invalid_argument", "entry 0 has memory_bytes = -1.000000 (must be finite, not negative)",
+      {"profile-negative-memory", "invalid_argument",
+       "entry 0 has memory_bytes = -1.000000 (must be finite, not negative)",
        [] { return read_profile_text(profile_text([](auto& j) { j["entries"][0]["memory_bytes"] = -1.0; })); }},
       {"profile-other-model", "mismatch", "profile does not match this job: it was made for",
        [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::llama3_8b(), "h200", 8); }); }},
@@ -355,7 +361,9 @@ const std::vector<entry>& catalogue() {
          });
        }},
       {"ulysses-heads-not-divisible", "invalid_argument", "ulysses: heads = 48 is not divisible by sp = 32",
-       [] { return lib([] { dcp::validate(dcp::ulysses_shape{1024, 48, 64}, 32); }); }},
+       [] { return lib([] {
+              dcp::validate(dcp::ulysses_shape{1024, 48, 64}, 32);
+            }); }},
       {"gpus-zero", "invalid_argument", "gpus = 0 must be positive",
        [] { return lib([] { dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 0); }); }},
       {"gpus-not-whole-nodes", "invalid_argument", "gpus = 12 is not a multiple of gpus_per_node = 8; use whole nodes",
@@ -394,12 +402,24 @@ const std::vector<entry>& catalogue() {
            dcp::validate(m);
          });
        }},
+      {"model-vocabulary-fields-without-vocabulary", "invalid_argument",
+       "tied_embeddings and loss = chunked need a vocabulary (vocab > 0)",
+       [] {
+         return lib([] {
+           auto m = dcp::models::llama3_8b();
+           m.loss = dcp::loss_kind::chunked;
+           dcp::validate(m);
+         });
+       }},
       {"tp-not-dividing", "invalid_argument", "tp = 3 must be a power of two dividing gpus_per_node = 8",
        [] {
          return lib([] { dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), {.gpus = 128, .tp = 3}); });
        }},
       {"ep-on-dense-model", "invalid_argument", "ep = 8 needs a MoE model (experts > 0)",
-       [] { return lib([] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), {.gpus = 64, .ep = 8}); }); }},
+       [] {
+         return lib(
+             [] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), {.gpus = 64, .ep = 8}); });
+       }},
       {"unknown-sharding", "invalid_argument", "unknown sharding 'zero2'; use replicated, zero1 or zero3",
        [] { return lib([] { (void)dcp::sharding_of("zero2"); }); }},
       {"model-config-missing-field", "parse_error", "missing field 'num_hidden_layers'",
@@ -441,7 +461,9 @@ const std::vector<entry>& catalogue() {
        }},
       {"group-size-not-offered", "invalid_argument",
        "group size 12 in 'only' is not a size between 1 and 64 that any groups offer",
-       [] { return lib([] { dcp::contiguous_groups{64, 8, dcp::group_sizes::any, std::vector<int>{12}}.validate(); }); }},
+       [] {
+         return lib([] { dcp::contiguous_groups{64, 8, dcp::group_sizes::any, std::vector<int>{12}}.validate(); });
+       }},
       {"comm-budget-too-small", "infeasible",
        "a budget of 0 communicators per rank cannot hold every sequence of the data: sizes 40 are each needed by one; "
        "raise the budget to 1",
@@ -482,7 +504,8 @@ const std::vector<entry>& catalogue() {
            b.load(in, "ckpt");
          });
        }},
-      {"sampler-state-other-size", "mismatch", "ckpt: the state was saved for 40 sequences and budget 250, but this sampler has 41",
+      {"sampler-state-other-size", "mismatch",
+       "ckpt: the state was saved for 40 sequences and budget 250, but this sampler has 41",
        [] {
          dcp::token_budget_sampler a(small_dataset(), 250, 7);
          const auto st = saved_state(a);
@@ -492,7 +515,8 @@ const std::vector<entry>& catalogue() {
            b.load(in, "ckpt");
          });
        }},
-      {"sampler-state-malformed", "parse_error", "ckpt: [json.exception.parse_error.101] parse error at line 1, column 2",
+      {"sampler-state-malformed", "parse_error",
+       "ckpt: [json.exception.parse_error.101] parse error at line 1, column 2",
        [] {
          return lib([] {
            dcp::token_budget_sampler b(small_dataset(), 250, 7);
@@ -527,7 +551,8 @@ const std::vector<entry>& catalogue() {
        }},
 
       // Communicators and ranks (local ranks as threads; mpi_comm reports the same conditions)
-      {"comm-used-after-abort", "aborted", "of a communicator that was aborted (aborted by rank 0); create a new communicator",
+      {"comm-used-after-abort", "aborted",
+       "of a communicator that was aborted (aborted by rank 0); create a new communicator",
        [] {
          return ranks(2, [](dcp::local_comm& c) {
            c.barrier();
@@ -542,7 +567,8 @@ const std::vector<entry>& catalogue() {
            c.all_to_all(std::span<const int>(send), std::span<int>(recv));
          });
        }},
-      {"comm-recv-size-mismatch", "invalid_argument", "expects 16 bytes from rank 0 (tag 3) but the message has 8 bytes",
+      {"comm-recv-size-mismatch", "invalid_argument",
+       "expects 16 bytes from rank 0 (tag 3) but the message has 8 bytes",
        [] {
          return ranks(
              2,
@@ -571,7 +597,8 @@ const std::vector<entry>& catalogue() {
          return ranks(
              2, [](dcp::local_comm& c) { if (c.rank() == 0) c.barrier(); }, {0}, 200ms);
        }},
-      {"comm-null-group", "invalid_argument", "on a null local_comm (a rank that split with a negative color joins no group)",
+      {"comm-null-group", "invalid_argument",
+       "on a null local_comm (a rank that split with a negative color joins no group)",
        [] {
          return ranks(1, [](dcp::local_comm& c) {
            auto none = c.split(dcp::no_color, 0);
@@ -599,7 +626,8 @@ const std::vector<entry>& catalogue() {
            (void)s.steps_for(p);
          });
        }},
-      {"groups-gpus-not-world", "invalid_argument", "the group manager has 8 GPUs but the world communicator has 4 ranks",
+      {"groups-gpus-not-world", "invalid_argument",
+       "the group manager has 8 GPUs but the world communicator has 4 ranks",
        [] {
          return ranks(4, [](dcp::local_comm& w) { dcp::group_cache<dcp::local_comm, dcp::buddy_groups> g(w, {8, 8}); });
        }},
@@ -622,7 +650,8 @@ const std::vector<entry>& catalogue() {
        [] { return lib([] { (void)dcp::sim::parse_truth_spec("compute=1,compute=2"); }); }},
       {"truth-not-a-number", "invalid_argument", "truth SPEC attention: 'fast' is not a finite number",
        [] { return lib([] { (void)dcp::sim::parse_truth_spec("attention=fast"); }); }},
-      {"truth-factor-not-positive", "invalid_argument", "truth SPEC memory=0 must be a positive factor (1 = as modelled)",
+      {"truth-factor-not-positive", "invalid_argument",
+       "truth SPEC memory=0 must be a positive factor (1 = as modelled)",
        [] { return lib([] { (void)dcp::sim::parse_truth_spec("memory=0"); }); }},
       {"truth-speed-out-of-range", "invalid_argument", "truth SPEC slow_gpus speed 1.5 of GPU 5 must be in (0, 1]",
        [] { return lib([] { (void)dcp::sim::parse_truth_spec("slow_gpus=5:1.5"); }); }},
@@ -659,7 +688,8 @@ const std::vector<entry>& catalogue() {
          });
        }},
       {"plan-json-format", "parse_error",
-       "dcp.plan 'plan.json': unknown format 'dcp.plan/v0'; expected \"dcp.plan/v3\" (or \"dcp.plan/v2\", \"dcp.plan/v1\")",
+       "dcp.plan 'plan.json': unknown format 'dcp.plan/v0'; expected \"dcp.plan/v3\" (or \"dcp.plan/v2\", "
+       "\"dcp.plan/v1\")",
        [] { return read_plan_text(plan_text("0", "[0, 1]", "dcp.plan/v0")); }},
       {"plan-json-round-negative", "parse_error", "field 'batch 0 step 0 round' = -1 is not an integer in [0, ",
        [] { return read_plan_text(plan_text("-1", "[0, 1]")); }},
@@ -668,10 +698,14 @@ const std::vector<entry>& catalogue() {
        [] { return read_plan_text(plan_text("0", "[1, 0]")); }},
 
       // The dcp-sim command line (run as a process)
-      {"cli-unknown-method", "exit 1", "dcp-sim: error: unknown method 'nope'", [] { return cli("--methods dcp,nope"); }},
-      {"cli-unknown-workload", "exit 1", "dcp-sim: error: unknown workload 'nope'", [] { return cli("--workload nope"); }},
-      {"cli-unknown-model", "exit 1", "dcp-sim: error: unknown model preset 'gpt5'", [] { return cli("--model gpt5"); }},
-      {"cli-unknown-device", "exit 1", "dcp-sim: error: unknown device preset 'v100'", [] { return cli("--device v100"); }},
+      {"cli-unknown-method", "exit 1", "dcp-sim: error: unknown method 'nope'",
+       [] { return cli("--methods dcp,nope"); }},
+      {"cli-unknown-workload", "exit 1", "dcp-sim: error: unknown workload 'nope'",
+       [] { return cli("--workload nope"); }},
+      {"cli-unknown-model", "exit 1", "dcp-sim: error: unknown model preset 'gpt5'",
+       [] { return cli("--model gpt5"); }},
+      {"cli-unknown-device", "exit 1", "dcp-sim: error: unknown device preset 'v100'",
+       [] { return cli("--device v100"); }},
       {"cli-unknown-option", "exit 109", "The following argument was not expected: --frobnicate",
        [] { return cli("--frobnicate"); }},
       {"cli-option-not-a-number", "exit 104", "Could not convert: --gpus = twelve",

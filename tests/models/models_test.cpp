@@ -3,10 +3,6 @@
 // today's presets unchanged, config.json parsing and its errors, layout validation, and the plan
 // laws of every planner over random batches on TP units, zero3 and expert parallelism.
 
-#include <dcp_test/support.hpp>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,9 +14,13 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include <dcp/cost/analytic.hpp>
 #include <dcp/error.hpp>
 #include <dcp/model/config.hpp>
+#include <dcp/model/spec_json.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/check_plan.hpp>
@@ -31,6 +31,8 @@
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/random.hpp>
 #include <dcp/workload/tuning.hpp>
+
+#include <dcp_test/support.hpp>
 
 #ifndef DCP_TEST_CONFIGS
 #error "DCP_TEST_CONFIGS must name tests/data/configs"
@@ -76,37 +78,49 @@ struct reference {
     double a = (m.attention == dcp::attention_kind::causal ? 2 : 4) * L * hq() * n * n;
     return a + L * (4 * hq() * n * c + 4 * double(m.hidden) * hkv() * c);
   }
+  // The vocabulary: n_V matrices of V x h, the loss's lambda.
+  double nv() const { return m.vocab == 0 ? 0 : m.tied_embeddings ? 1 : 2; }
+  double pv() const { return nv() * double(m.vocab) * double(m.hidden); }
+  double lambda() const {
+    if (m.vocab == 0) return 0;
+    return m.loss == dcp::loss_kind::full ? 6 : 4 / std::ceil(double(m.vocab) / double(m.hidden));
+  }
   double static_memory() const {
-    const double P = m.blocks * pb(), PE = m.blocks * pbe(), Pg = (P - PE) / tp + PE / (tp * ep);
+    const double P = m.blocks * pb(), PE = m.blocks * pbe(), Pgb = (P - PE) / tp + PE / (tp * ep);
+    const double Pall = P + pv(), Pg = Pgb + pv() / tp;
     if (sh == sharding_kind::replicated) return 16 * Pg;
-    if (sh == sharding_kind::zero3) return 16 * P / N + 6 * Pg / m.blocks;
-    return 4 * Pg + 12 * P / N;
+    if (sh == sharding_kind::zero3)
+      return 16 * Pall / N + 6 * std::max(Pgb / m.blocks, double(m.vocab) * double(m.hidden) / tp);
+    return 4 * Pg + 12 * Pall / N;
   }
   double memory(double tokens, int sp, int k) const {
     const double L = m.blocks, x = tokens / (sp * tp), h = double(m.hidden);
-    return static_memory() + ((L - k) * d.beta + 2 * k + d.beta) * h * x;
+    const double beta_prime = std::max(d.beta, lambda() * double(m.vocab) / h);
+    return static_memory() + ((L - k) * d.beta + 2 * k + beta_prime) * h * x;
   }
   double time(std::span<const double> ns, int sp, int k) const {
     const double L = m.blocks, h = double(m.hidden);
     double tok = 0, A = 0;
     for (double n : ns) tok += n, A += attention(n);
-    const double x = tok / sp, F = 2 * L * pact() * tok + A;
+    const double x = tok / sp, F = 2 * L * pact() * tok + A, FV = 2 * double(m.vocab) * h * tok;
     const double G = d.gpus_per_node;
-    double t = (3 + k / L) * F / (sp * tp * d.peak * d.eff_max * x / (x + d.x_half)) + d.tau * (3 * L + k);
+    double t = ((3 + k / L) * F + 3 * FV) / (sp * tp * d.peak * d.eff_max * x / (x + d.x_half)) + d.tau * (3 * L + k);
     if (sp > 1) {
       const double kv = kvh() / tp >= sp ? hkv() / tp : dh() * sp;
       const double w = (2 * hq() / tp + 2 * kv) / 4;
       t += 4 * (2 * L + k) * (d.alpha + 2 * w * x * (sp - 1) / sp / (sp * tp <= G ? d.bw_intra : d.bw_inter));
     }
     if (tp > 1)
-      t += (m.cross_attention_tokens ? 6 : 4) * (2 * L + k) * (d.alpha + 2 * h * x * (tp - 1) / tp / d.bw_intra);
+      t += ((m.cross_attention_tokens ? 6 : 4) * (2 * L + k) + (m.vocab ? 4 : 0)) *
+           (d.alpha + 2 * h * x * (tp - 1) / tp / d.bw_intra);
     if (ep > 1)
       t += 2 * (2 * L + k) *
            (d.alpha + 2 * h * m.experts_per_token * x / tp * (ep - 1) / ep / (ep * tp <= G ? d.bw_intra : d.bw_inter));
     if (sh == sharding_kind::zero3) {
       const double D = double(N) / tp, De = D / ep;
       const double V = 2 * ((pb() - pbe()) / tp * (D - 1) / D + pbe() / (tp * ep) * (De - 1) / De);
-      t = std::max(t, 3 * L * (d.alpha + V / (N <= G ? d.bw_intra : d.bw_inter)));
+      const double VV = 2 * double(m.vocab) * h / tp * (D - 1) / D, bw = N <= G ? d.bw_intra : d.bw_inter;
+      t = std::max(t, 3 * L * (d.alpha + V / bw) + 3 * nv() * (d.alpha + VV / bw));
     }
     return t;
   }
@@ -124,11 +138,13 @@ TEST(ModelPresets, NewPresetsHaveTheirRealDimensions) {
   EXPECT_EQ(l.hidden, 8192);
   EXPECT_EQ(l.key_value_heads(), 8);
   EXPECT_EQ(l.block_parameters(), 2.0 * 8192 * 8192 + 2.0 * 8192 * 1024 + 3.0 * 8192 * 28672);
-  EXPECT_NEAR(l.parameters() / 1e9, 68.45, 0.01);  // 70.6B with embeddings and the head
+  EXPECT_NEAR(l.parameters() / 1e9, 68.45, 0.01);        // in the blocks
+  EXPECT_NEAR(l.total_parameters() / 1e9, 70.55, 0.01);  // the card's 70.6B with the embedding and the head
   const auto q = dcp::models::qwen3_30b_a3b();
   EXPECT_EQ(q.query_width(), 4096.0);  // head_dim 128 x 32 heads, wider than h = 2048
   EXPECT_EQ(q.key_value_width(), 512.0);
-  EXPECT_NEAR(q.parameters() / 1e9, 29.9, 0.05);                             // 30.5B with embeddings
+  EXPECT_NEAR(q.parameters() / 1e9, 29.9, 0.05);                             // in the blocks
+  EXPECT_NEAR(q.total_parameters() / 1e9, 30.5, 0.05);                       // the card's 30.5B
   EXPECT_NEAR(q.blocks * q.active_block_parameters() / 1e9, 2.73, 0.01);     // "A3B": 3.3B with embeddings
   const auto w = dcp::models::wan2_1_14b();
   EXPECT_EQ(w.cross_attention_tokens, 512);
@@ -182,12 +198,38 @@ std::vector<config_case> configurations() {
           {preset("llama3-8b"), 16, 2, 1, sharding_kind::replicated}, {preset("llama3-8b"), 8, 1, 1, sharding_kind::zero3}};
 }
 
+// Language models with their vocabularies (DESIGN 4.1): untied and tied, full and chunked loss,
+// every sharding, tp and ep.
+dcp::transformer_spec with_vocabulary(dcp::transformer_spec m, std::int64_t vocab, bool tied, dcp::loss_kind loss) {
+  m.vocab = vocab, m.tied_embeddings = tied, m.loss = loss;
+  return m;
+}
+
+std::vector<config_case> vocabulary_configurations() {
+  using dcp::loss_kind;
+  using dcp::models::preset;
+  auto llama31 = preset("llama3-8b");  // Llama-3.1-8B: 8 key/value heads, 128256 tokens, untied
+  llama31.kv_heads = 8;
+  const auto full = with_vocabulary(llama31, 128256, false, loss_kind::full);
+  const auto chunked = with_vocabulary(llama31, 128256, false, loss_kind::chunked);
+  const auto tied = with_vocabulary(preset("llama3-8b"), 256000, true, loss_kind::full);
+  return {{full, 8, 1, 1, sharding_kind::zero1},
+          {chunked, 16, 2, 1, sharding_kind::zero1},
+          {full, 16, 2, 1, sharding_kind::zero3},
+          {tied, 16, 1, 1, sharding_kind::zero1},
+          {with_vocabulary(preset("llama3-70b"), 128256, false, loss_kind::full), 128, 8, 1, sharding_kind::zero3},
+          {with_vocabulary(preset("qwen3-30b-a3b"), 151936, false, loss_kind::chunked), 64, 2, 4, sharding_kind::zero3},
+          {with_vocabulary(preset("qwen3-30b-a3b"), 151936, false, loss_kind::full), 64, 1, 8, sharding_kind::zero1}};
+}
+
 TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
   const std::uint64_t seed = 4101;
   std::cout << "[     SEED ] " << seed << "\n";
   dcp::xoshiro256ss g(seed);
   int checked = 0;
-  for (const auto& c : configurations()) {
+  auto all = configurations();
+  for (const auto& c : vocabulary_configurations()) all.push_back(c);
+  for (const auto& c : all) {
     const auto cost = make(c.model, c.N, c.tp, c.ep, c.sh);
     const reference ref{cost.model, cost.device, c.N, c.tp, c.ep, c.sh};
     EXPECT_TRUE(rel_close(cost.static_memory(), ref.static_memory(), 1e-12)) << cost;
@@ -220,7 +262,44 @@ TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
       ++checked;
     }
   }
-  EXPECT_GT(checked, 200);
+  EXPECT_GT(checked, 350);
+}
+
+TEST(ModelFormulas, TheVocabularyCostsWhatDesignSays) {
+  auto llama31 = dcp::models::llama3_8b();
+  llama31.kv_heads = 8;
+  const auto m = with_vocabulary(llama31, 128256, false, dcp::loss_kind::full);
+  // Llama-3.1-8B: 8.03B with the embedding and the head (the model card's count).
+  EXPECT_NEAR(m.total_parameters() / 1e9, 8.03, 0.005);
+  EXPECT_EQ(m.vocabulary_parameters(), 2.0 * 128256 * 4096);
+  auto tied = m;
+  tied.tied_embeddings = true;
+  EXPECT_EQ(tied.vocabulary_parameters(), 128256.0 * 4096);
+  const auto full = make(m, 8, 1, 1, sharding_kind::zero1);
+  auto chunked_model = m;
+  chunked_model.loss = dcp::loss_kind::chunked;
+  const auto chunked = make(chunked_model, 8, 1, 1, sharding_kind::zero1);
+  // full: 6 V bytes per token dwarf a block's 34 h; chunked: 4 V / ceil(V / h) = 4 V / 32.
+  EXPECT_EQ(full.working_beta(), 6.0 * 128256 / 4096);
+  EXPECT_EQ(chunked.working_beta(), full.device.beta);  // 4 V / 32 / h < beta: a block's working set is larger
+  const auto l = full.load_of(dcp::make_sequence(1, 32768));
+  EXPECT_NEAR(full.memory(l, 1, 32) - chunked.memory(l, 1, 32), (6.0 * 128256 - 34.0 * 4096) * 32768, 1.0);
+  EXPECT_LT(full.max_tokens_per_gpu(), chunked.max_tokens_per_gpu());
+  // The head's FLOPs are never recomputed: k adds only the blocks' forward.
+  const auto plain = make(llama31, 8, 1, 1, sharding_kind::zero1);
+  EXPECT_GT(full.time(l, 1, 0), plain.time(l, 1, 0));
+  const double head = full.time(l, 1, 0) - plain.time(l, 1, 0), head_k = full.time(l, 1, 32) - plain.time(l, 1, 32);
+  EXPECT_TRUE(rel_close(head, head_k, 1e-9)) << head << " " << head_k;
+  // The time floor of the lower bounds holds the head too.
+  EXPECT_LE(full.work_floor(l, 1, 0), full.time(l, 1, 0));
+  EXPECT_GT(full.work_floor(l, 1, 0), plain.work_floor(l, 1, 0));
+  // A tied or chunked model without a vocabulary is a contradiction, named.
+  auto bad = llama31;
+  bad.tied_embeddings = true;
+  EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "need a vocabulary");
+  bad = llama31;
+  bad.vocab = -5;
+  EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "vocab = -5");
 }
 
 TEST(ModelFormulas, LayoutsTradeMemoryForCommunication) {
@@ -240,7 +319,7 @@ TEST(ModelFormulas, LayoutsTradeMemoryForCommunication) {
   EXPECT_EQ(z1.heads(), 8);
   // EP: expert weights shard, the all-to-alls cost time.
   const auto q = dcp::models::qwen3_30b_a3b();
-  const auto ep1 = make(q, 64, 1, 1, sharding_kind::zero1), ep8 = make(q, 64, 1, 8, sharding_kind::zero1);
+  const auto ep1 = make(q, 128, 1, 1, sharding_kind::zero1), ep8 = make(q, 128, 1, 8, sharding_kind::zero1);
   EXPECT_LT(ep8.static_memory(), ep1.static_memory());
   const auto l = ep1.load_of(dcp::make_sequence(1, 8192));
   EXPECT_GT(ep8.time(l, 1, 0), ep1.time(l, 1, 0));
@@ -301,8 +380,10 @@ TEST(ModelGolden, MatchesTheStoredValues) {
     j["about"] =
         "Generated by analytic_cost (tests/models/models_test.cpp, DCP_MODELS_GOLDEN_OUT) from the formulas of DESIGN "
         "sections 4.1 and 4.2 on the h200 preset: 1D sequences of the given token counts, sp in planner units (TP "
-        "groups), time = max(t_comp + t_comm + t_over, [zero3] 3 L (alpha + V_b / bw_dp)), memory = M_static + "
-        "((L-k) beta + 2k + beta) h N_tok / (sp tp). Match to 1e-9 relative.";
+        "groups), the presets' vocabularies included (llama3-70b 128256, qwen3-30b-a3b 151936, untied, full loss), "
+        "time = max(t_comp + t_comm + t_over, [zero3] 3 L (alpha + V_b / bw_dp) + 3 n_V (alpha + V_V / bw_dp)) with "
+        "t_comp = ((3 + k/L) F + 3 F_V) / (sp tp peak eff(x)), memory = M_static + ((L-k) beta + 2k + beta') h N_tok / "
+        "(sp tp), beta' = max(beta, 6 V / h). Match to 1e-9 relative.";
     j["cases"] = golden_cases();
     std::ofstream(out) << j.dump(1) << "\n";
   }
@@ -330,7 +411,8 @@ const char* qwen3_config = R"({
   "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu", "head_dim": 128,
   "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_attention_heads": 32,
   "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
-  "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": []})";
+  "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+  "tie_word_embeddings": false})";
 const char* wan_config = R"({"model_type": "t2v", "dim": 5120, "ffn_dim": 13824, "num_heads": 40, "num_layers": 40,
   "text_len": 512, "in_dim": 16, "out_dim": 16, "freq_dim": 256})";
 
@@ -427,19 +509,33 @@ TEST(ModelConfig, PublishedLanguageModelsReadRightAndSayWhatIsNotPriced) {
   EXPECT_EQ(gemma.model.head_dim, 256);
   EXPECT_EQ(gemma.model.attention, dcp::attention_kind::causal);
   EXPECT_TRUE(says(gemma, "sliding_window = 4096"));
-  EXPECT_TRUE(says(gemma, "vocab_size = 256000"));
-  // Blocks plus the embedding: the card's 9.24B within 2%.
-  EXPECT_NEAR((gemma.model.blocks * gemma.model.block_parameters() + 256000.0 * 3584) / 1e9, 9.24, 0.18);
+  EXPECT_FALSE(says(gemma, "vocab_size"));  // priced now
+  // The file gives no tie_word_embeddings: Gemma's default ties the head to the embedding.
+  EXPECT_EQ(gemma.model.vocab, 256000);
+  EXPECT_TRUE(gemma.model.tied_embeddings);
+  EXPECT_EQ(gemma.max_positions, 8192);
+  // Blocks plus the one embedding matrix: the card's 9.24B within 2%.
+  EXPECT_NEAR(gemma.model.total_parameters() / 1e9, 9.24, 0.18);
   const auto phi = published("phi-3-mini-4k-instruct");
   EXPECT_EQ(phi.model.mlp_matrices, 3);
   EXPECT_TRUE(says(phi, "sliding_window = 2047"));
+  EXPECT_EQ(phi.model.vocab, 32064);
+  EXPECT_FALSE(phi.model.tied_embeddings);
+  EXPECT_EQ(phi.max_positions, 4096);
+  EXPECT_NEAR(phi.model.total_parameters() / 1e9, 3.82, 0.08);  // the card's 3.8B
   const auto llama = published("llama-3.1-8b");
   EXPECT_EQ(llama.model.kv_heads, 8);
   EXPECT_EQ(llama.model.mlp_matrices, 3);
-  EXPECT_EQ(llama.unpriced.size(), 1u);  // only the vocabulary
+  EXPECT_EQ(llama.model.vocab, 128256);
+  EXPECT_FALSE(llama.model.tied_embeddings);
+  EXPECT_EQ(llama.model.loss, dcp::loss_kind::full);
+  EXPECT_EQ(llama.max_positions, 131072);
+  EXPECT_NEAR(llama.model.total_parameters() / 1e9, 8.03, 0.005);  // the card's 8.03B
+  EXPECT_TRUE(llama.unpriced.empty());                             // every field that changes its cost is priced
   const auto deepseek = published("deepseek-v3");
-  for (const char* field : {"kv_lora_rank", "first_k_dense_replace = 3", "num_nextn_predict_layers = 1", "vocab_size"})
+  for (const char* field : {"kv_lora_rank", "first_k_dense_replace = 3", "num_nextn_predict_layers = 1"})
     EXPECT_TRUE(says(deepseek, field)) << field;
+  EXPECT_EQ(deepseek.model.vocab, 129280);
   EXPECT_EQ(deepseek.model.experts, 256);
   EXPECT_EQ(deepseek.model.shared_experts, 1);
 }
@@ -530,3 +626,23 @@ TEST(ModelPlans, EveryPlannerKeepsThePlanLawsOnNewLayouts) {
 }
 
 }  // namespace
+
+// Every field that changes cost round-trips through the JSON every dcp document uses.
+TEST(ModelJson, TheVocabularyRoundTrips) {
+  auto m = with_vocabulary(dcp::models::llama3_70b(), 128256, true, dcp::loss_kind::chunked);
+  const auto j = dcp::spec_to_json(m);
+  EXPECT_EQ(j.at("vocab"), 128256);
+  EXPECT_EQ(j.at("tied_embeddings"), true);
+  EXPECT_EQ(j.at("loss"), "chunked");
+  const dcp::json_reader r("test: ");
+  EXPECT_EQ(dcp::spec_from_json(nlohmann::json::parse(j.dump()), r), m);
+  // A model without a vocabulary writes none of the three (older readers see the same file).
+  const auto plain = dcp::spec_to_json(dcp::models::wan2_1_14b());
+  EXPECT_FALSE(plain.contains("vocab") || plain.contains("tied_embeddings") || plain.contains("loss"));
+  auto bad = nlohmann::json::parse(j.dump());
+  bad["loss"] = "fused";
+  EXPECT_DCP_ERROR((void)dcp::spec_from_json(bad, r), dcp::errc::parse_error, "model.loss = 'fused'");
+  bad["loss"] = "full";
+  bad["tied_embeddings"] = 1;
+  EXPECT_DCP_ERROR((void)dcp::spec_from_json(bad, r), dcp::errc::parse_error, "model.tied_embeddings");
+}

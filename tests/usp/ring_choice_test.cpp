@@ -85,7 +85,8 @@ double reference_time(const analytic_cost& c, std::span<const dcp::sequence> seq
   const double f = L * 2 * p_act * n_tok + a;
   const double x = n_tok / sp, eff = dv.eff_max * x / (x + dv.x_half);
   auto bw = [&](double gpus) { return gpus <= dv.gpus_per_node ? dv.bw_intra : dv.bw_inter; };
-  const double t_comp = (3 + k / L) * f / (sp * tp * dv.peak * eff);
+  const double f_v = 2 * static_cast<double>(m.vocab) * h * n_tok;  // the LM head (DESIGN 4.1)
+  const double t_comp = ((3 + k / L) * f + 3 * f_v) / (sp * tp * dv.peak * eff);
   double t_u = 0;
   if (u > 1) {
     const double w = two_d ? h / tp : (2 * q / tp + 2 * (kvh / c.parallel.tp >= u ? kv / tp : d * u)) / 4;
@@ -98,7 +99,9 @@ double reference_time(const analytic_cost& c, std::span<const dcp::sequence> seq
     t_ring = (two_d ? 0.5 : 1.0) * (3 * L + k) * (r - 1) * (dv.alpha + 4 * kv_u * n_tok / r / bw(sp * tp));
   }
   double t_tp = 0;
-  if (c.parallel.tp > 1) t_tp = (ct > 0 ? 6 : 4) * (2 * L + k) * (dv.alpha + 2 * h * x * (tp - 1) / tp / dv.bw_intra);
+  if (c.parallel.tp > 1)
+    t_tp =
+        ((ct > 0 ? 6 : 4) * (2 * L + k) + (m.vocab > 0 ? 4 : 0)) * (dv.alpha + 2 * h * x * (tp - 1) / tp / dv.bw_intra);
   return t_comp - t_att + std::max(t_att, t_ring) + t_u + t_tp + dv.tau * (3 * L + k);
 }
 

@@ -80,14 +80,14 @@ struct analytic_cost {
   /// shrink it enough (the least count that fits), else a sharding that divides what each GPU
   /// holds unsharded, or a larger tp or ep.
   std::string static_memory_refusal() const {
-    const double c = capacity(), held = parameters_per_gpu(), p = model.parameters();
+    const double c = capacity(), held = parameters_per_gpu(), p = model.total_parameters();
     std::string out = "memory capacity " + std::to_string(c) + " B is below the static memory " +
                       std::to_string(static_memory()) + " B of model '" + model.name + "' on " +
                       std::to_string(parallel.gpus) + " GPUs (" + to_string(parallel.sharding) + "); ";
     // static = fixed + divided / N (section 4.2): what more GPUs leave, and what they divide.
     double fixed = 4 * held, divided = 12 * p;
     if (parallel.sharding == sharding_kind::replicated) fixed = 16 * held, divided = 0;
-    if (parallel.sharding == sharding_kind::zero3) fixed = 6 * held / model.blocks, divided = 16 * p;
+    if (parallel.sharding == sharding_kind::zero3) fixed = zero3_gathered(), divided = 16 * p;
     if (fixed < c && divided > 0) {
       // Fewer GPUs than a node, or whole nodes (the layouts `parallel_layout` accepts).
       const double g = parallel.gpus_per_node, n = std::ceil(divided / (c - fixed));
@@ -108,8 +108,14 @@ struct analytic_cost {
 
   /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
   bool is_classic() const noexcept {
+    return has_fitted_form() && model.kv_heads == 0 && model.head_dim == 0 && model.vocab == 0;
+  }
+  /// True where `fitted_cost` mirrors this model: data x sequence parallel (tp = ep = ring = 1),
+  /// zero1, self-attention only and a dense MLP; GQA, a decoupled head width and a vocabulary
+  /// are in its form.
+  bool has_fitted_form() const noexcept {
     return parallel.tp == 1 && parallel.ep == 1 && parallel.ring == 1 && parallel.sharding == sharding_kind::zero1 &&
-           model.kv_heads == 0 && model.head_dim == 0 && model.cross_attention_tokens == 0 && !model.is_moe();
+           model.cross_attention_tokens == 0 && !model.is_moe();
   }
 
   int blocks() const noexcept { return model.blocks; }
@@ -166,25 +172,46 @@ struct analytic_cost {
     return {1, n, a, ring_a};
   }
 
-  /// P_gpu = (P - P_E) / tp + P_E / (tp ep): the parameters one GPU holds unsharded.
-  double parameters_per_gpu() const noexcept {
+  /// P_gpu,b = (P - P_E) / tp + P_E / (tp ep): the block parameters one GPU holds unsharded.
+  double block_parameters_per_gpu() const noexcept {
     const double p = model.parameters(), pe = model.blocks * model.expert_parameters();
     return (p - pe) / parallel.tp + pe / (parallel.tp * parallel.ep);
   }
-  /// zero1: 4 P_gpu + 12 P / N; replicated: 16 P_gpu; zero3: 16 P / N + 6 P_gpu / L.
+  /// P_gpu = P_gpu,b + P_V / tp: with the embedding and the LM head, split over tp by vocabulary.
+  double parameters_per_gpu() const noexcept {
+    return block_parameters_per_gpu() + model.vocabulary_parameters() / parallel.tp;
+  }
+  /// zero3's gathered weights: 6 max(P_gpu,b / L, V h / tp) bytes, the largest unit it gathers
+  /// (a block, or a vocabulary matrix) with its prefetched successor and its gradient.
+  double zero3_gathered() const noexcept {
+    const double vocab_matrix = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / parallel.tp;
+    return std::max(6 * block_parameters_per_gpu() / model.blocks, 6 * vocab_matrix);
+  }
+  /// zero1: 4 P_gpu + 12 P_all / N; replicated: 16 P_gpu; zero3: 16 P_all / N + `zero3_gathered`,
+  /// P_all = P + P_V.
   double static_memory() const noexcept {
-    const double p = model.parameters();
+    const double p = model.total_parameters();
     switch (parallel.sharding) {
       case sharding_kind::replicated: return 16 * parameters_per_gpu();
-      case sharding_kind::zero3: return 16 * p / parallel.gpus + 6 * parameters_per_gpu() / model.blocks;
+      case sharding_kind::zero3: return 16 * p / parallel.gpus + zero3_gathered();
       case sharding_kind::zero1: break;
     }
     return 4 * parameters_per_gpu() + 12 * p / parallel.gpus;
   }
-  /// F = L 2 P_act N_tok + A (P_act = P_b for a dense model without cross-attention).
+  /// F = L 2 P_act N_tok + A (P_act = P_b for a dense model without cross-attention): the blocks'.
   double forward_flops(const load_type& l) const noexcept {
     return model.blocks * 2 * model.active_block_parameters() * l.tokens + l.attention;
   }
+  /// F_V = 2 V h N_tok: the LM head's forward FLOPs (run once a step, never recomputed).
+  double head_flops(const load_type& l) const noexcept { return model.head_flops_per_token() * l.tokens; }
+  /// beta' = max(beta, lambda V / h): bytes per token per hidden unit of the step's peak working
+  /// set, a block's activations or the loss's logits, whichever is larger (beta without a vocabulary).
+  double working_beta() const noexcept {
+    return std::max(device.beta, model.loss_bytes_per_token() / static_cast<double>(model.hidden));
+  }
+  /// Tensor-parallel collectives of the vocabulary per step: the embedding's reduce-scatter and
+  /// its gradient's all-gather, the LM head's all-gather and its gradient's reduce-scatter.
+  int tp_vocabulary_collectives() const noexcept { return parallel.tp > 1 && model.vocab > 0 ? 4 : 0; }
   /// Per-GPU width w of one Ulysses all-to-all: 1D (2 q / tp + 2 kv_sp) / 4 with
   /// kv_sp = kv / tp, or d sp when kv_heads / tp < sp (key/value heads replicated up to sp);
   /// 2D h / tp. h for today's models.
@@ -208,15 +235,20 @@ struct analytic_cost {
   double dp_bandwidth() const noexcept {
     return parallel.gpus <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
   }
-  /// zero3's per-step floor t_z3 = 3 L (alpha + V_b / bw_dp): two weight all-gathers and one
-  /// gradient reduce-scatter per block, V_b = 2 [(P_b - P_bE) / tp (D-1)/D + P_bE / (tp ep) (D_e-1)/D_e],
-  /// D = N / tp, D_e = D / ep. 0 unless zero3.
+  /// zero3's per-step floor t_z3 = 3 L (alpha + V_b / bw_dp) + 3 n_V (alpha + V_V / bw_dp): two
+  /// weight all-gathers and one gradient reduce-scatter per block and per vocabulary matrix,
+  /// V_b = 2 [(P_b - P_bE) / tp (D-1)/D + P_bE / (tp ep) (D_e-1)/D_e], V_V = 2 V h / tp (D-1)/D,
+  /// D = N / tp, D_e = D / ep, n_V = `vocabulary_matrices`. 0 unless zero3.
   double step_floor() const noexcept {
     if (parallel.sharding != sharding_kind::zero3) return 0;
     const double pbe = model.expert_parameters(), pb = model.block_parameters();
     const double d = static_cast<double>(parallel.gpus / parallel.tp), de = d / parallel.ep;
     const double v = 2 * ((pb - pbe) / parallel.tp * (d - 1) / d + pbe / (parallel.tp * parallel.ep) * (de - 1) / de);
-    return 3 * model.blocks * (device.alpha + v / dp_bandwidth());
+    const double blocks = 3 * model.blocks * (device.alpha + v / dp_bandwidth());
+    if (model.vocab == 0) return blocks;
+    const double vv =
+        2 * static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / parallel.tp * (d - 1) / d;
+    return blocks + 3 * model.vocabulary_matrices() * (device.alpha + vv / dp_bandwidth());
   }
   /// eff(x) = eff_max x / (x + x_half).
   double efficiency(double x) const noexcept { return device.eff_max * x / (x + device.x_half); }
@@ -228,8 +260,8 @@ struct analytic_cost {
   }
   /// x_max: the most tokens per unit any feasible step holds (all blocks checkpointed).
   double max_tokens_per_gpu() const noexcept {
-    return (capacity() - static_memory()) / ((2.0 * model.blocks + device.beta) * static_cast<double>(model.hidden)) *
-           parallel.tp;
+    return (capacity() - static_memory()) /
+           ((2.0 * model.blocks + working_beta()) * static_cast<double>(model.hidden)) * parallel.tp;
   }
 
   /// Per-GPU key/value width after the Ulysses all-to-all over u units: kv / (tp u), or d when
@@ -270,7 +302,9 @@ struct analytic_cost {
   /// is `alone_s`. Else it is that compute, or l's ring exchange where longer, plus l's
   /// collectives and the overhead at k.
   double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const noexcept {
-    const double L = model.blocks, c = L * 2 * model.active_block_parameters(), b = device.x_half * sp;
+    // The LM head's 3 F_V joins the linear term: (3 + k/L)(A + c N) + 3 c_V N = (3 + k/L)(A + c' N).
+    const double L = model.blocks, b = device.x_half * sp;
+    const double c = L * 2 * model.active_block_parameters() + 3 * model.head_flops_per_token() / (3 + k / L);
     const double n = std::min({std::sqrt(l.attention * b / c), sp * max_tokens_per_gpu(), batch.tokens});
     if (!(n > l.tokens)) return alone_s;
     const double compute =
@@ -288,16 +322,21 @@ struct analytic_cost {
   /// computed once: for callers that price many loads or k on one sp. It holds values, not a
   /// reference, and `memory` itself goes through it, so the two cannot disagree.
   struct memory_on {
-    double static_bytes, blocks, hidden, beta;
+    double static_bytes, blocks, hidden, beta, working_beta;
     int sp, tp;
     double operator()(const load_type& l, int k) const noexcept {
       const double L = blocks, h = hidden;
       const double x = l.tokens / sp / tp;  // tokens per GPU: Megatron SP shards activations over tp
-      return static_bytes + (L - k) * beta * h * x + k * 2 * h * x + beta * h * x;
+      return static_bytes + (L - k) * beta * h * x + k * 2 * h * x + working_beta * h * x;
     }
   };
   memory_on memory_at(int sp) const noexcept {
-    return {static_memory(), static_cast<double>(model.blocks), static_cast<double>(model.hidden), device.beta, sp,
+    return {static_memory(),
+            static_cast<double>(model.blocks),
+            static_cast<double>(model.hidden),
+            device.beta,
+            working_beta(),
+            sp,
             parallel.tp};
   }
   double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp)(l, k); }
@@ -328,8 +367,8 @@ struct analytic_cost {
     if (u > 1)
       w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(u) * l.tokens * (u - 1) / u / bandwidth(u);
     if (parallel.tp > 1)
-      w += tp_collectives_per_pass() * (2 * L + k) * 2 * h * l.tokens * (parallel.tp - 1) / parallel.tp /
-           device.bw_intra;
+      w += (tp_collectives_per_pass() * (2 * L + k) + tp_vocabulary_collectives()) * 2 * h * l.tokens *
+           (parallel.tp - 1) / parallel.tp / device.bw_intra;
     if (parallel.ep > 1)
       w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / parallel.tp) *
            (parallel.ep - 1) / parallel.ep / ep_bandwidth();
@@ -338,8 +377,8 @@ struct analytic_cost {
 
   /// GPU-seconds floor of `l` in any step on `sp` GPUs with k or more checkpointed blocks, for
   /// the joint lower bound (DESIGN section 3): memory caps a step with k' blocks at
-  /// x_cap(k') = (C - M_static) / (((L - k') beta + 2 k' + beta) h) tokens per GPU, so its
-  /// compute costs at least g(k') F / (peak eff_max), g(k') = (3 + k'/L) (1 + x_half / x_cap(k')).
+  /// x_cap(k') = (C - M_static) / (((L - k') beta + 2 k' + beta') h) tokens per GPU, so its
+  /// compute costs at least g(k') / (peak eff_max), g(k') = ((3 + k'/L) F + 3 F_V)(1 + x_half / x_cap(k')).
   /// g is a concave quadratic in k', so its least value over [k, L] is at an end; communication
   /// bytes at full bandwidth grow with k'. Never below `work_floor(l, sp, k)` (x_cap(L) = x_max).
   double packed_work_floor(const load_type& l, int sp, int k) const noexcept {
@@ -356,8 +395,10 @@ struct analytic_cost {
   struct floors_on {
     const analytic_cost* cost;
     double flops_per_token;  // L 2 P_act: F = flops_per_token N_tok + A
+    double head_per_token;   // 2 V h: F_V = head_per_token N_tok
+    double work_beta;        // beta'
     double work_rate;        // tp peak eff(x_max)
-    double room;             // (C - M_static) / h tp: x_cap(k) = room / ((L - k) beta + 2 k + beta)
+    double room;             // (C - M_static) / h tp: x_cap(k) = room / ((L - k) beta + 2 k + beta')
     double packed_rate;      // tp peak eff_max
     struct pair {
       double work, packed;
@@ -366,14 +407,21 @@ struct analytic_cost {
     pair both(const load_type& l, int sp, int k, int r) const noexcept {
       const double L = cost->model.blocks, beta = cost->device.beta;
       const double flops = flops_per_token * l.tokens + l.attention, comm = cost->communication_floor(l, sp, k, r);
-      auto g = [&](double kk) { return (3 + kk / L) * (1 + cost->device.x_half * ((L - kk) * beta + 2 * kk + beta) / room); };
-      return {(3 + k / L) * flops / work_rate + comm, std::min(g(k), g(L)) * flops / packed_rate + comm};
+      const double head = 3 * head_per_token * l.tokens;  // the LM head, never recomputed
+      auto g = [&](double kk) {
+        const double saturation = 1 + cost->device.x_half * ((L - kk) * beta + 2 * kk + work_beta) / room;
+        return (3 + kk / L) * saturation * flops + saturation * head;
+      };
+      return {((3 + k / L) * flops + head) / work_rate + comm, std::min(g(k), g(L)) / packed_rate + comm};
     }
     double work(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).work; }
     double packed(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).packed; }
   };
   floors_on floors() const noexcept {
-    return {this, model.blocks * 2 * model.active_block_parameters(),
+    return {this,
+            model.blocks * 2 * model.active_block_parameters(),
+            model.head_flops_per_token(),
+            working_beta(),
             parallel.tp * device.peak * efficiency(max_tokens_per_gpu()),
             (capacity() - static_memory()) / static_cast<double>(model.hidden) * parallel.tp,
             parallel.tp * device.peak * device.eff_max};
@@ -387,7 +435,8 @@ struct analytic_cost {
   step_terms terms(const load_type& l, int sp, int k, int r) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     const double x = l.tokens / sp;
-    double t_comp = (3 + k / L) * forward_flops(l) / (sp * parallel.tp * device.peak * efficiency(x));
+    double t_comp =
+        ((3 + k / L) * forward_flops(l) + 3 * head_flops(l)) / (sp * parallel.tp * device.peak * efficiency(x));
     double t_comm = 0;
     if (r > 1) {
       // Ulysses x Ring: all-to-alls over u = sp / r units, and the ring exchange overlapped
@@ -406,7 +455,8 @@ struct analytic_cost {
     }
     if (parallel.tp > 1) {
       const double v = 2 * h * x * (parallel.tp - 1) / parallel.tp;
-      t_comm += tp_collectives_per_pass() * (2 * L + k) * (device.alpha + v / device.bw_intra);
+      t_comm += (tp_collectives_per_pass() * (2 * L + k) + tp_vocabulary_collectives()) *
+                (device.alpha + v / device.bw_intra);
     }
     if (parallel.ep > 1) {
       const double v = 2 * h * model.experts_per_token * (x / parallel.tp) * (parallel.ep - 1) / parallel.ep;

@@ -82,17 +82,20 @@ struct term_fit {
   double objective = 0;  ///< the minimised sum of squares, ridge included
 };
 
-template <std::size_t K, class Features>
+// `known(o)`: the part of step o's measurement the form fixes (not fitted), subtracted as the
+// inactive terms are.
+template <std::size_t K, class Features, class Known>
 term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_observation> obs, Features&& features,
-                      double (*measured)(const step_observation&), double weight) {
+                      double (*measured)(const step_observation&), double weight, Known&& known) {
   std::vector<std::array<double, K>> rows;
-  std::vector<double> ys, ws;
+  std::vector<double> ys, ws, knowns;
   for (const auto& o : obs) {
     const double y = measured(o);
     if (!(y > 0) || !(o.weight > 0)) continue;
     rows.push_back(features(o));
     ys.push_back(y);
     ws.push_back(o.weight);
+    knowns.push_back(known(o));
   }
   if (rows.empty()) return {prior, 0};
   std::array<bool, K> active{};
@@ -109,7 +112,7 @@ term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_o
   const std::size_t m = rows.size() + (weight > 0 ? n : 0);
   std::vector<double> a(m * n, 0.0), b(m, 0.0);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    double fixed = 0;  // inactive terms at their prior
+    double fixed = knowns[i];  // the form's fixed part and the inactive terms at their prior
     for (std::size_t j = 0; j < K; ++j)
       if (!active[j]) fixed += rows[i][j] * prior[j];
     const double scale = (ys[i] + y_med) / std::sqrt(ws[i]);
@@ -132,6 +135,12 @@ term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_o
     out.objective += r * r;
   }
   return out;
+}
+
+template <std::size_t K, class Features>
+term_fit<K> fit_terms(const std::array<double, K>& prior, std::span<const step_observation> obs, Features&& features,
+                      double (*measured)(const step_observation&), double weight) {
+  return fit_terms(prior, obs, features, measured, weight, [](const step_observation&) { return 0.0; });
 }
 
 inline double measured_seconds(const step_observation& o) { return o.seconds; }
@@ -238,9 +247,11 @@ inline fitted_cost fit_cost(const fitted_cost& prior, std::span<const step_obser
   }
   if (opt.fit_memory) {
     auto m = detail::fit_terms<fit_coefficients::memory_terms>(
-        prior.coef.memory_array(), obs,
-        [&](const step_observation& o) { return prior.memory_features(o.load, o.sp, o.checkpointed_blocks); },
-        &detail::measured_bytes, opt.prior_weight).coef;
+                 prior.coef.memory_array(), obs,
+                 [&](const step_observation& o) { return prior.memory_features(o.load, o.sp, o.checkpointed_blocks); },
+                 &detail::measured_bytes, opt.prior_weight,
+                 [&](const step_observation& o) { return prior.loss_excess(o.load, o.sp); })
+                 .coef;
     m[2] = std::min(m[2], m[1]);  // checkpointing never costs memory (a cost_model law)
     if (!(m[1] > 0)) m = prior.coef.memory_array();
     out.coef.set_memory(m);

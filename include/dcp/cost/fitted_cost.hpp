@@ -4,22 +4,26 @@
 /// fitted to measured micro-steps (DESIGN section 9.1).
 ///
 /// Time of a step of N tokens, attention FLOPs A, on sp GPUs with k of L blocks checkpointed,
-/// x = N / sp, e(x) = x / (x + x_half), r = 3 + rho k / L, a = c (2L + k), v = 2 h N / sp (sp-1)/sp:
+/// x = N / sp, e(x) = x / (x + x_half), r = 3 + rho k / L, a = c (2L + k), v = 2 w N / sp (sp-1)/sp
+/// (w the all-to-all width of section 4.1, h without GQA), F_lin = L 2 P_b N, F_V = 2 V h N:
 ///
-///     t = r (c_lin F_lin + c_att A) / (sp e(x))            linear and attention FLOPs
-///       + [1 < sp <= G] a v c_intra + [sp > G] a v c_inter  all-to-all volume
-///       + [sp > 1] a c_msg + (3L + k) c_block               messages, per-block overhead
-///     M = m_static + h x ((L - k + 1) m_act + k m_ckpt)     static and activation memory
+///     t = (r (c_lin F_lin + c_att A) + 3 c_lin F_V) / (sp e(x))  linear, attention and LM-head FLOPs
+///       + [1 < sp <= G] a v c_intra + [sp > G] a v c_inter        all-to-all volume
+///       + [sp > 1] a c_msg + (3L + k) c_block                     messages, per-block overhead
+///     M = m_static + h x ((L - k + 1) m_act + k m_ckpt)           static and activation memory
+///       + (beta' - beta) h x                                      the loss's logits beyond a block's
 ///
+/// (beta' of section 4.1, beta' = beta without a vocabulary; the last term is the model's, not fitted).
 /// With c_lin = c_att = 1 / (peak eff_max), c_intra = 1 / bw_intra, c_inter = 1 / bw_inter,
 /// c_msg = alpha, c_block = tau, m_static = 4P + 12P/N, m_act = beta, m_ckpt = 2 and rho = 1 it
-/// is `analytic_cost` exactly (L, h, G and N are shape). `fit_cost` (`<dcp/cost/fit.hpp>`) fits the nine coefficients
-/// to observed steps by non-negative least squares on relative residuals, with a ridge toward a
-/// prior (the analytic constants or a previous fit), so a handful of steps suffice and no
-/// coefficient goes negative; the two nonlinear constants of the form, x_half (how fast
-/// efficiency saturates) and rho (a recomputed block's forward in units of a third of its
-/// forward+backward), are searched on log grids around the prior's. `write_fit` / `read_fit`
-/// (`<dcp/cost/fit_json.hpp>`) store a fit as `dcp.fit/v1` JSON beside `dcp.profile/v1`.
+/// is `analytic_cost` exactly (L, h, G, N, the head widths and the vocabulary are shape).
+/// `fit_cost` (`<dcp/cost/fit.hpp>`) fits the nine coefficients to observed steps by non-negative
+/// least squares on relative residuals, with a ridge toward a prior (the analytic constants or a
+/// previous fit), so a handful of steps suffice and no coefficient goes negative; the two
+/// nonlinear constants of the form, x_half (how fast efficiency saturates) and rho (a recomputed
+/// block's forward in units of a third of its forward+backward), are searched on log grids around
+/// the prior's. `write_fit` / `read_fit` (`<dcp/cost/fit_json.hpp>`) store a fit as `dcp.fit/v1`
+/// JSON beside `dcp.profile/v1`.
 
 #include <algorithm>
 #include <array>
@@ -109,9 +113,11 @@ struct fitted_cost {
   /// memory does not grow with k (m_ckpt <= m_act) and the static memory fits.
   void validate() const {
     shape.validate();
-    check(shape.is_classic(), errc::invalid_argument, [] {
-      return std::string("fitted_cost mirrors the dense zero1 model of DESIGN section 4 (tp = ep = 1, zero1, plain "
-                         "multi-head self-attention, dense MLP); fit that model, or plan with analytic_cost");
+    check(shape.has_fitted_form(), errc::invalid_argument, [] {
+      return std::string(
+          "fitted_cost mirrors the dense zero1 model of DESIGN section 4 (tp = ep = 1, zero1, no ring, "
+          "self-attention only, dense MLP; GQA and a vocabulary allowed); fit that model, or plan with "
+          "analytic_cost");
     });
     const auto t = coef.time_array();
     const auto m = coef.memory_array();
@@ -166,16 +172,16 @@ struct fitted_cost {
   /// Feature vector of the time terms: t = sum_i features[i] * time coefficient i.
   std::array<double, fit_coefficients::time_terms> time_features(const load_type& l, int sp, int k) const noexcept {
     const auto& m = shape.model;
-    const double L = m.blocks, h = static_cast<double>(m.hidden);
+    const double L = m.blocks;
     const double x = l.tokens / sp;
     const double e = x / (x + shape.device.x_half);
     const double r = (3 + recompute_ratio * k / L) / (sp * e);
     std::array<double, fit_coefficients::time_terms> f{};
-    f[0] = r * L * 2 * m.block_parameters() * l.tokens;
+    f[0] = r * L * 2 * m.block_parameters() * l.tokens + 3 * shape.head_flops(l) / (sp * e);
     f[1] = r * l.attention;
     if (sp > 1) {
       const double a = shape.all_to_alls_per_pass() * (2 * L + k);
-      const double v = 2 * h * l.tokens / sp * (sp - 1) / sp;
+      const double v = 2 * shape.all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
       (sp <= gpus_per_node() ? f[2] : f[3]) = a * v;
       f[4] = a;
     }
@@ -196,14 +202,21 @@ struct fitted_cost {
     for (std::size_t i = 0; i < f.size(); ++i) t += f[i] * c[i];
     return t;
   }
+  /// (beta' - beta) h x: the loss's logits beyond a block's working set, the model's bytes (0
+  /// without a vocabulary or where a block's activations are larger); not fitted.
+  double loss_excess(const load_type& l, int sp) const noexcept {
+    return (shape.working_beta() - shape.device.beta) * static_cast<double>(shape.model.hidden) * l.tokens / sp;
+  }
   double memory(const load_type& l, int sp, int k) const noexcept {
     const auto f = memory_features(l, sp, k);
     const auto c = coef.memory_array();
-    return f[0] * c[0] + f[1] * c[1] + f[2] * c[2];
+    return f[0] * c[0] + f[1] * c[1] + f[2] * c[2] + loss_excess(l, sp);
   }
   /// x_max: the most tokens per GPU any step that fits holds (all blocks checkpointed).
   double max_tokens_per_gpu() const noexcept {
-    const double per = static_cast<double>(shape.model.hidden) * (blocks() * coef.checkpoint_bytes + coef.activation_bytes);
+    const double per =
+        static_cast<double>(shape.model.hidden) * (blocks() * coef.checkpoint_bytes + coef.activation_bytes) +
+        (shape.working_beta() - shape.device.beta) * static_cast<double>(shape.model.hidden);
     return per > 0 ? std::max(0.0, capacity() - coef.static_bytes) / per : std::numeric_limits<double>::infinity();
   }
   /// GPU-seconds floor, as `analytic_cost::work_floor`: compute at e(x_max), all-to-all bytes, no
@@ -211,25 +224,30 @@ struct fitted_cost {
   double work_floor(const load_type& l, int sp, int k) const noexcept {
     if (l.tokens <= 0) return 0;
     const auto& m = shape.model;
-    const double L = m.blocks, h = static_cast<double>(m.hidden);
+    const double L = m.blocks;
     const double xm = max_tokens_per_gpu();
     const double e = std::isinf(xm) ? 1.0 : xm / (xm + shape.device.x_half);
-    double w = (3 + recompute_ratio * k / L) * (coef.linear_flop_s * L * 2 * m.block_parameters() * l.tokens + coef.attention_flop_s * l.attention) / e;
+    double w = ((3 + recompute_ratio * k / L) * (coef.linear_flop_s * L * 2 * m.block_parameters() * l.tokens +
+                                                 coef.attention_flop_s * l.attention) +
+                3 * coef.linear_flop_s * shape.head_flops(l)) /
+               e;
     if (sp > 1)
-      w += shape.all_to_alls_per_pass() * (2 * L + k) * 2 * h * l.tokens * (sp - 1) / sp *
+      w += shape.all_to_alls_per_pass() * (2 * L + k) * 2 * shape.all_to_all_width(sp) * l.tokens * (sp - 1) / sp *
            (sp <= gpus_per_node() ? coef.intra_byte_s : coef.inter_byte_s);
     return w;
   }
 
   /// The least seconds of any step on sp GPUs with at least k checkpointed blocks that holds `l`
   /// among sequences of `batch`, as `analytic_cost::shared_time_floor`: the compute terms are
-  /// (3 + rho k/L) (a_lin 2 L P_b N + a_att A)(1 + x_half sp / N) / sp, least at
-  /// N* = sqrt(a_att A x_half sp / (a_lin 2 L P_b)) within [N_l, min(sp x_max, N_batch)]; the
-  /// other terms only grow with the load, so they are l's own.
+  /// (3 + rho k/L) (a_lin c N + a_att A)(1 + x_half sp / N) / sp with the LM head in
+  /// c = 2 L P_b + 3 (2 V h) / (3 + rho k/L), least at N* = sqrt(a_att A x_half sp / (a_lin c))
+  /// within [N_l, min(sp x_max, N_batch)]; the other terms only grow with the load, so they are l's own.
   double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const noexcept {
     const auto& m = shape.model;
     const double L = m.blocks, b = shape.device.x_half * sp;
-    const double lin = coef.linear_flop_s * L * 2 * m.block_parameters(), att = coef.attention_flop_s * l.attention;
+    const double per_token =
+        L * 2 * m.block_parameters() + 3 * m.head_flops_per_token() / (3 + recompute_ratio * k / L);
+    const double lin = coef.linear_flop_s * per_token, att = coef.attention_flop_s * l.attention;
     const double n = std::min({std::sqrt(att * b / lin), sp * max_tokens_per_gpu(), batch.tokens});
     if (!(n > l.tokens)) return alone_s;
     const auto f = time_features(l, sp, k);

@@ -30,6 +30,9 @@ namespace dcp::models {
 struct model_config {
   transformer_spec model;
   std::vector<std::string> unpriced;
+  /// max_position_embeddings: the longest sequence the model was built for (0 when the file
+  /// gives none). It changes no cost; a caller warns of data longer than it.
+  std::int64_t max_positions = 0;
 };
 
 namespace detail {
@@ -52,6 +55,10 @@ inline constexpr std::array<diffusers_class, 3> diffusers_classes{{
 inline constexpr std::array<std::string_view, 17> gated_model_types{
     "llama",  "mistral", "mixtral",     "qwen2",       "qwen2_moe",   "qwen3", "qwen3_moe", "gemma",  "gemma2",
     "gemma3", "gemma3_text", "phi3",    "deepseek_v2", "deepseek_v3", "olmo2", "granite",   "cohere"};
+
+/// transformers model types whose configs tie the LM head to the embedding when the file does not
+/// say (`tie_word_embeddings` defaults to true there); the other families' default is untied.
+inline constexpr std::array<std::string_view, 4> tied_model_types{"gemma", "gemma2", "gemma3", "gemma3_text"};
 
 }  // namespace detail
 
@@ -195,9 +202,23 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
     m.blocks += static_cast<int>(single);
   }
 
+  // The vocabulary of a language model: the embedding, the LM head and the loss's logits. A
+  // diffusers transformer's vocab_size (none publish one) would be its text encoder's.
+  if (diffusers == nullptr) {
+    m.vocab = integer({"vocab_size", "padded_vocab_size"}, false, 0);
+    if (j.contains("tie_word_embeddings") && !j.at("tie_word_embeddings").is_null()) {
+      if (!j.at("tie_word_embeddings").is_boolean())
+        fail("field 'tie_word_embeddings' = " + j.at("tie_word_embeddings").dump() + " is not true or false");
+      m.tied_embeddings = j.at("tie_word_embeddings").get<bool>();
+    } else {
+      m.tied_embeddings = std::find(detail::tied_model_types.begin(), detail::tied_model_types.end(), type) !=
+                          detail::tied_model_types.end();
+    }
+    if (m.vocab == 0) m.tied_embeddings = false;
+  }
+  out.max_positions = integer({"max_position_embeddings", "n_positions"}, false, 0);
+
   // Fields that change cost and that the model does not price: said, not dropped.
-  if (const std::string v = given("vocab_size"); !v.empty() && v != "0")
-    unpriced("vocab_size = " + v + ": the embedding, the LM head and the logits' memory are not priced");
   if (const std::string w = given("sliding_window"); !w.empty() && given("use_sliding_window") != "false")
     unpriced("sliding_window = " + w + ": attention is priced over the whole sequence");
   for (const char* mla : {"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"})

@@ -8,7 +8,7 @@
 /// \code
 /// {"name": "qwen3-30b-a3b", "blocks": 48, "hidden": 2048, "heads": 32, "mlp_width": 6144,
 ///  "mlp_matrices": 3, "attention": "causal", "text_tokens": 0, "kv_heads": 4, "head_dim": 128,
-///  "experts": 128, "experts_per_token": 8, "expert_width": 768}
+///  "experts": 128, "experts_per_token": 8, "expert_width": 768, "vocab": 151936}
 /// \endcode
 
 #include <cstdint>
@@ -41,12 +41,16 @@ inline nlohmann::ordered_json spec_to_json(const transformer_spec& m) {
   put("experts_per_token", m.experts_per_token);
   put("expert_width", m.expert_width);
   put("shared_experts", m.shared_experts);
+  put("vocab", m.vocab);
+  if (m.tied_embeddings) j["tied_embeddings"] = true;
+  if (m.loss != loss_kind::full) j["loss"] = to_string(m.loss);
   return j;
 }
 
 /// The model `j` describes (`where` names it in errors: "model"). name, blocks, hidden, heads and
-/// mlp_width are required; mlp_matrices (2), attention (full), text_tokens and the extensions (0)
-/// may be absent. Integers are checked as JSON integers in range; the caller validates the model.
+/// mlp_width are required; mlp_matrices (2), attention (full), text_tokens, the extensions (0),
+/// tied_embeddings (false) and loss (full) may be absent. Integers are checked as JSON integers in range; the caller
+/// validates the model.
 inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reader& r,
                                        const std::string& where = "model") {
   transformer_spec m;
@@ -83,6 +87,22 @@ inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reade
   m.experts_per_token = optional("experts_per_token", 0);
   m.expert_width = optional("expert_width", std::int64_t{0});
   m.shared_experts = optional("shared_experts", 0);
+  m.vocab = optional("vocab", std::int64_t{0});
+  if (j.contains("tied_embeddings")) {
+    const auto& t = j.at("tied_embeddings");
+    if (!t.is_boolean()) r.fail("field '" + field("tied_embeddings") + "' = " + t.dump() + " is not true or false");
+    m.tied_embeddings = t.get<bool>();
+  }
+  if (j.contains("loss")) {
+    const auto& l = j.at("loss");
+    const std::string loss = l.is_string() ? l.get<std::string>() : l.dump();
+    if (loss == "full")
+      m.loss = loss_kind::full;
+    else if (loss == "chunked")
+      m.loss = loss_kind::chunked;
+    else
+      r.fail(field("loss") + " = '" + loss + "'; use full or chunked");
+  }
   return m;
 }
 

@@ -15,6 +15,15 @@
 
 namespace dcp {
 
+/// How the training loop computes the loss over the vocabulary (DESIGN section 4.1): what its
+/// logits hold in memory.
+enum class loss_kind {
+  full,     ///< the logits of every token at once (Megatron's vocab-parallel cross entropy)
+  chunked,  ///< a fused linear cross entropy over chunks of tokens (Liger-Kernel's)
+};
+
+inline const char* to_string(loss_kind k) noexcept { return k == loss_kind::chunked ? "chunked" : "full"; }
+
 /// A stack of L identical transformer blocks (attention + MLP). A regular value.
 struct transformer_spec {
   using policy_concept = model_spec_tag;
@@ -35,6 +44,9 @@ struct transformer_spec {
   int experts_per_token = 0;                 ///< k_e experts each token is routed to
   std::int64_t expert_width = 0;             ///< f_e: MLP width of one expert
   int shared_experts = 0;                    ///< S experts every token passes through
+  std::int64_t vocab = 0;                    ///< V: embedding rows and LM-head outputs; 0 = not priced
+  bool tied_embeddings = false;              ///< the LM head reuses the embedding matrix
+  loss_kind loss = loss_kind::full;          ///< how the logits are held (priced when vocab > 0)
 
   /// Key/value heads: `kv_heads`, or `heads` when 0.
   constexpr int key_value_heads() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
@@ -89,6 +101,29 @@ struct transformer_spec {
   }
   /// P = L P_b.
   constexpr double parameters() const noexcept { return blocks * block_parameters(); }
+  /// Vocabulary matrices: 1 tied (the LM head is the embedding), 2 untied, 0 without a vocabulary.
+  constexpr int vocabulary_matrices() const noexcept { return vocab == 0 ? 0 : tied_embeddings ? 1 : 2; }
+  /// P_V = (1 or 2) V h: the embedding and the LM head.
+  constexpr double vocabulary_parameters() const noexcept {
+    return vocabulary_matrices() * static_cast<double>(vocab) * static_cast<double>(hidden);
+  }
+  /// P + P_V: everything the optimizer updates.
+  constexpr double total_parameters() const noexcept { return parameters() + vocabulary_parameters(); }
+  /// F_V / N_tok = 2 V h: the LM head's forward FLOPs per token (the embedding is a lookup).
+  constexpr double head_flops_per_token() const noexcept {
+    return 2 * static_cast<double>(vocab) * static_cast<double>(hidden);
+  }
+  /// lambda V: bytes per token the loss holds at its peak, its share of the vocabulary for each of
+  /// the GPU's tokens. full: 6 V (bf16 logits and their fp32 copy, whose softmax the backward
+  /// turns into the gradient in place); chunked: 4 V / ceil(V / h) (chunks of at most
+  /// 2 x / ceil(V / h) tokens' bf16 logits, Liger-Kernel's power-of-two chunking). 0 without a
+  /// vocabulary.
+  constexpr double loss_bytes_per_token() const noexcept {
+    const double v = static_cast<double>(vocab);
+    if (vocab == 0) return 0;
+    if (loss == loss_kind::full) return 6 * v;
+    return 4 * v / static_cast<double>((vocab + hidden - 1) / hidden);
+  }
   /// Tokens this model processes for a sample of shape T x S.
   constexpr std::int64_t tokens_of(std::int64_t frames, std::int64_t spatial) const noexcept {
     return frames * spatial + text_tokens;
@@ -115,6 +150,7 @@ inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
   if (m.cross_attention_tokens > 0) os << ", cross=" << m.cross_attention_tokens;
   if (m.is_moe())
     os << ", experts=" << m.experts << "x" << m.expert_width << " top" << m.experts_per_token << "+" << m.shared_experts;
+  if (m.vocab > 0) os << ", vocab=" << m.vocab << (m.tied_embeddings ? " tied" : "") << ", loss=" << to_string(m.loss);
   return os << "}";
 }
 
@@ -133,10 +169,14 @@ inline std::string describe(const transformer_spec& m) {
   os << (m.mlp_matrices == 3 ? " gated" : "") << ", " << to_string(m.attention) << " attention";
   if (m.text_tokens > 0) os << ", " << m.text_tokens << " text tokens";
   if (m.cross_attention_tokens > 0) os << ", cross-attention to " << m.cross_attention_tokens << " text tokens";
+  if (m.vocab > 0)
+    os << ", vocabulary " << m.vocab << (m.tied_embeddings ? " (tied head)" : "") << ", " << to_string(m.loss)
+       << " loss";
   os.setf(std::ios::fixed);
   os.precision(2);
   os << "; " << m.parameters() / 1e9 << "B parameters in blocks";
-  if (m.is_moe()) os << ", " << m.blocks * m.active_block_parameters() / 1e9 << "B active";
+  if (m.vocab > 0) os << " + " << m.vocabulary_parameters() / 1e9 << "B embedding and head";
+  if (m.is_moe()) os << ", " << m.blocks * m.active_block_parameters() / 1e9 << "B active in blocks";
   return os.str();
 }
 
@@ -165,6 +205,9 @@ transformer_spec to_transformer_spec(const M& m) {
     if constexpr (requires { m.experts_per_token; }) t.experts_per_token = static_cast<int>(m.experts_per_token);
     if constexpr (requires { m.expert_width; }) t.expert_width = static_cast<std::int64_t>(m.expert_width);
     if constexpr (requires { m.shared_experts; }) t.shared_experts = static_cast<int>(m.shared_experts);
+    if constexpr (requires { m.vocab; }) t.vocab = static_cast<std::int64_t>(m.vocab);
+    if constexpr (requires { m.tied_embeddings; }) t.tied_embeddings = static_cast<bool>(m.tied_embeddings);
+    if constexpr (requires { m.loss; }) t.loss = m.loss;
     return t;
   }
 }
@@ -201,6 +244,9 @@ inline void validate(const transformer_spec& m) {
     need(m.experts_per_token == 0 && m.shared_experts == 0,
          "experts_per_token and shared_experts need experts > 0 (a MoE model); got experts = 0");
   }
+  need(m.vocab >= 0, "vocab = " + std::to_string(m.vocab) + " must not be negative (0 means no vocabulary priced)");
+  need(m.vocab > 0 || (!m.tied_embeddings && m.loss == loss_kind::full),
+       "tied_embeddings and loss = chunked need a vocabulary (vocab > 0); give vocab or drop them");
   need(m.attention != attention_kind::factorized_2d || m.blocks % 2 == 0,
        "factorized_2d needs an even number of blocks (half spatial, half temporal), got " +
            std::to_string(m.blocks));
@@ -211,18 +257,20 @@ namespace models {
 inline transformer_spec cogvideox_5b() { return {"cogvideox-5b", 42, 3072, 48, 12288, 2, attention_kind::full, 226}; }
 /// STDiT3-XL (Open-Sora), the paper's 2D model: 28 spatial + 28 temporal blocks.
 inline transformer_spec stdit3_xl() { return {"stdit3-xl", 56, 1152, 16, 4608, 2, attention_kind::factorized_2d, 0}; }
-/// Llama-3 8B for long-context text.
+/// Llama-3 8B for long-context text, as DESIGN section 4 defines it: multi-head attention and no
+/// vocabulary (the published model has 8 key/value heads and 128256 tokens; read its config).
 inline transformer_spec llama3_8b() { return {"llama3-8b", 32, 4096, 32, 14336, 3, attention_kind::causal, 0}; }
 
-/// Llama-3 70B: GQA with 8 key/value heads.
+/// Llama-3 70B: GQA with 8 key/value heads, a 128256-token vocabulary, untied head.
 inline transformer_spec llama3_70b() {
   auto m = transformer_spec{"llama3-70b", 80, 8192, 64, 28672, 3, attention_kind::causal, 0};
   m.kv_heads = 8;
+  m.vocab = 128256;
   return m;
 }
 /// Qwen3-30B-A3B: 48 MoE blocks (128 experts of width 768, 8 per token), 32 query heads of
 /// width 128 (q = 4096 > h = 2048), 4 key/value heads. `mlp_width` is its dense
-/// intermediate_size, unused since every block is MoE.
+/// intermediate_size, unused since every block is MoE. A 151936-token vocabulary, untied head.
 inline transformer_spec qwen3_30b_a3b() {
   auto m = transformer_spec{"qwen3-30b-a3b", 48, 2048, 32, 6144, 3, attention_kind::causal, 0};
   m.kv_heads = 4;
@@ -230,6 +278,7 @@ inline transformer_spec qwen3_30b_a3b() {
   m.experts = 128;
   m.experts_per_token = 8;
   m.expert_width = 768;
+  m.vocab = 151936;
   return m;
 }
 /// Wan2.1-T2V-14B: 40 blocks of full self-attention over video tokens, cross-attention to 512

@@ -32,8 +32,8 @@ struct comparison_header {
   std::string groups = "buddy";  ///< the group sizes planners could use: any (contiguous_groups) or buddy
   std::uint64_t truth_seed = 0;  ///< the jitter seed of the truth
   std::string model_shape{};     ///< `describe(model)`: what the model is; printed when given
-  double model_parameters = 0;         ///< P = L P_b, the parameters of the model's blocks (0: not given)
-  double model_active_parameters = 0;  ///< L P_act, those a token passes through
+  double model_parameters = 0;   ///< P + P_V: the blocks', the embedding's and the LM head's (0: not given)
+  double model_active_parameters = 0;  ///< L P_act + P_V, those a token passes through
   friend bool operator==(const comparison_header&, const comparison_header&) = default;
 };
 
