@@ -12,6 +12,7 @@
 /// \endcode
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -67,18 +68,20 @@ inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reade
   m.heads = r.integer_as<int>(required("heads"), field("heads"));
   m.mlp_width = r.integer_as<std::int64_t>(required("mlp_width"), field("mlp_width"));
   m.mlp_matrices = optional("mlp_matrices", 2);
-  if (j.contains("attention")) {
-    const auto& a = j.at("attention");
-    const std::string att = a.is_string() ? a.get<std::string>() : a.dump();
-    if (att == "full")
-      m.attention = attention_kind::full;
-    else if (att == "causal")
-      m.attention = attention_kind::causal;
-    else if (att == "factorized_2d")
-      m.attention = attention_kind::factorized_2d;
-    else
-      r.fail(field("attention") + " = '" + att + "'; use full, causal or factorized_2d");
-  }
+  // An enum field written as its `to_string` name; `use` lists the names in the error.
+  const auto named = [&]<class Enum>(const char* key, Enum& out, std::initializer_list<Enum> values, const char* use) {
+    if (!j.contains(key)) return;
+    const auto& v = j.at(key);
+    const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+    for (const Enum e : values)
+      if (text == to_string(e)) {
+        out = e;
+        return;
+      }
+    r.fail(field(key) + " = '" + text + "'; use " + use);
+  };
+  named("attention", m.attention, {attention_kind::full, attention_kind::causal, attention_kind::factorized_2d},
+        "full, causal or factorized_2d");
   m.text_tokens = optional("text_tokens", std::int64_t{0});
   m.kv_heads = optional("kv_heads", 0);
   m.head_dim = optional("head_dim", std::int64_t{0});
@@ -93,16 +96,7 @@ inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reade
     if (!t.is_boolean()) r.fail("field '" + field("tied_embeddings") + "' = " + t.dump() + " is not true or false");
     m.tied_embeddings = t.get<bool>();
   }
-  if (j.contains("loss")) {
-    const auto& l = j.at("loss");
-    const std::string loss = l.is_string() ? l.get<std::string>() : l.dump();
-    if (loss == "full")
-      m.loss = loss_kind::full;
-    else if (loss == "chunked")
-      m.loss = loss_kind::chunked;
-    else
-      r.fail(field("loss") + " = '" + loss + "'; use full or chunked");
-  }
+  named("loss", m.loss, {loss_kind::full, loss_kind::chunked}, "full or chunked");
   return m;
 }
 
