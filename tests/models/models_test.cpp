@@ -56,27 +56,53 @@ struct reference {
 
   double hq() const { return m.head_dim ? double(m.heads) * double(m.head_dim) : double(m.hidden); }
   double dh() const { return m.head_dim ? double(m.head_dim) : double(m.hidden) / m.heads; }
+  double dv() const { return m.value_dim ? double(m.value_dim) : dh(); }
+  double ho() const { return m.heads * dv(); }
   double kvh() const { return m.kv_heads ? m.kv_heads : m.heads; }
   double hkv() const { return kvh() * dh(); }
-  double pb() const {
-    const double h = double(m.hidden), self = 2 * h * hq() + 2 * h * hkv();
-    const double att = m.cross_attention_tokens ? 2 * self : self;
+  double hkvv() const { return kvh() * dv(); }
+  // Self-attention: Q (low-rank with r_q), K and V (from the r_kv latent and the shared rope key
+  // with MLA), O.
+  double pself() const {
+    const double h = double(m.hidden), rq = double(m.q_rank), rkv = double(m.kv_rank), dr = double(m.rope_dim);
+    const double q = m.q_rank ? h * rq + rq * hq() : h * hq();
+    const double kv = m.kv_rank ? h * (rkv + dr) + rkv * m.heads * (dh() - dr + dv()) : h * (hkv() + hkvv());
+    return q + kv + h * ho();
+  }
+  double patt() const { return m.cross_attention_tokens ? 2 * pself() : pself(); }
+  double pb() const {  // a MoE block's in a MoE stack
+    const double h = double(m.hidden);
     const double mlp = m.experts ? (m.experts + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
                                  : m.mlp_matrices * h * double(m.mlp_width);
-    return att + mlp;
+    return patt() + mlp;
   }
+  double pb_dense() const { return patt() + m.mlp_matrices * double(m.hidden) * double(m.mlp_width); }
+  double Ld() const { return m.dense_blocks; }
+  double Le() const { return m.experts ? m.blocks - m.dense_blocks : 0; }
+  double P() const { return m.experts ? Ld() * pb_dense() + Le() * pb() : m.blocks * pb(); }
   double pbe() const { return m.experts ? m.experts * m.mlp_matrices * double(m.hidden) * double(m.expert_width) : 0; }
-  double pact() const {
+  double PE() const { return Le() * pbe(); }
+  double pact() const {  // a MoE block's, or a dense model's block
     const double h = double(m.hidden);
-    double p = 2 * h * hq() + 2 * h * hkv() + (m.cross_attention_tokens ? 2 * h * hq() : 0);
+    double p = patt() - (m.cross_attention_tokens ? h * (hkv() + hkvv()) : 0);
     p += m.experts ? (m.experts_per_token + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
                    : m.mlp_matrices * h * double(m.mlp_width);
     return p;
   }
+  double Pact() const {
+    const double dense_act = pb_dense() - (m.cross_attention_tokens ? double(m.hidden) * (hkv() + hkvv()) : 0);
+    return m.experts ? Ld() * dense_act + Le() * pact() : m.blocks * pact();
+  }
   double attention(double n) const {
-    const double L = m.blocks, c = double(m.cross_attention_tokens);
-    double a = (m.attention == dcp::attention_kind::causal ? 2 : 4) * L * hq() * n * n;
-    return a + L * (4 * hq() * n * c + 4 * double(m.hidden) * hkv() * c);
+    const double L = m.blocks, c = double(m.cross_attention_tokens), pair = 2 * (hq() + ho());
+    double a = 0;
+    if (m.attention == dcp::attention_kind::causal) {
+      const double Lw = m.window ? (m.windowed_blocks ? m.windowed_blocks : L) : 0, w = double(m.window);
+      a = (L - Lw) * pair * n * n / 2 + Lw * pair * (n <= w ? n * n / 2 : w * n - w * w / 2);
+    } else {
+      a = L * pair * n * n;
+    }
+    return a + L * (pair * n * c + 2 * double(m.hidden) * (hkv() + hkvv()) * c);
   }
   // The vocabulary: n_V matrices of V x h, the loss's lambda.
   double nv() const { return m.vocab == 0 ? 0 : m.tied_embeddings ? 1 : 2; }
@@ -86,11 +112,13 @@ struct reference {
     return m.loss == dcp::loss_kind::full ? 6 : 4 / std::ceil(double(m.vocab) / double(m.hidden));
   }
   double static_memory() const {
-    const double P = m.blocks * pb(), PE = m.blocks * pbe(), Pgb = (P - PE) / tp + PE / (tp * ep);
-    const double Pall = P + pv(), Pg = Pgb + pv() / tp;
+    const double Pgb = (P() - PE()) / tp + PE() / (tp * ep);
+    const double Pall = P() + pv(), Pg = Pgb + pv() / tp;
+    const double largest =
+        m.dense_blocks ? std::max(pb_dense() / tp, (pb() - pbe()) / tp + pbe() / (tp * ep)) : Pgb / m.blocks;
     if (sh == sharding_kind::replicated) return 16 * Pg;
     if (sh == sharding_kind::zero3)
-      return 16 * Pall / N + 6 * std::max(Pgb / m.blocks, double(m.vocab) * double(m.hidden) / tp);
+      return 16 * Pall / N + 6 * std::max(largest, double(m.vocab) * double(m.hidden) / tp);
     return 4 * Pg + 12 * Pall / N;
   }
   double memory(double tokens, int sp, int k) const {
@@ -102,25 +130,29 @@ struct reference {
     const double L = m.blocks, h = double(m.hidden);
     double tok = 0, A = 0;
     for (double n : ns) tok += n, A += attention(n);
-    const double x = tok / sp, F = 2 * L * pact() * tok + A, FV = 2 * double(m.vocab) * h * tok;
+    const double x = tok / sp, F = 2 * Pact() * tok + A, FV = 2 * double(m.vocab) * h * tok;
     const double G = d.gpus_per_node;
     double t = ((3 + k / L) * F + 3 * FV) / (sp * tp * d.peak * d.eff_max * x / (x + d.x_half)) + d.tau * (3 * L + k);
     if (sp > 1) {
-      const double kv = kvh() / tp >= sp ? hkv() / tp : dh() * sp;
-      const double w = (2 * hq() / tp + 2 * kv) / 4;
+      const bool whole = kvh() / tp >= sp;
+      const double key = whole ? hkv() / tp : dh() * sp, value = whole ? hkvv() / tp : dv() * sp;
+      const double w = ((hq() + ho()) / tp + key + value) / 4;
       t += 4 * (2 * L + k) * (d.alpha + 2 * w * x * (sp - 1) / sp / (sp * tp <= G ? d.bw_intra : d.bw_inter));
     }
     if (tp > 1)
       t += ((m.cross_attention_tokens ? 6 : 4) * (2 * L + k) + (m.vocab ? 4 : 0)) *
            (d.alpha + 2 * h * x * (tp - 1) / tp / d.bw_intra);
     if (ep > 1)
-      t += 2 * (2 * L + k) *
+      t += 2 * (2 * Le() + k * Le() / L) *
            (d.alpha + 2 * h * m.experts_per_token * x / tp * (ep - 1) / ep / (ep * tp <= G ? d.bw_intra : d.bw_inter));
     if (sh == sharding_kind::zero3) {
       const double D = double(N) / tp, De = D / ep;
       const double V = 2 * ((pb() - pbe()) / tp * (D - 1) / D + pbe() / (tp * ep) * (De - 1) / De);
+      const double Vd = 2 * pb_dense() / tp * (D - 1) / D;
       const double VV = 2 * double(m.vocab) * h / tp * (D - 1) / D, bw = N <= G ? d.bw_intra : d.bw_inter;
-      t = std::max(t, 3 * L * (d.alpha + V / bw) + 3 * nv() * (d.alpha + VV / bw));
+      const double moe_or_all = m.experts ? Le() : L;
+      t = std::max(
+          t, 3 * moe_or_all * (d.alpha + V / bw) + 3 * Ld() * (d.alpha + Vd / bw) + 3 * nv() * (d.alpha + VV / bw));
     }
     return t;
   }
@@ -222,6 +254,37 @@ std::vector<config_case> vocabulary_configurations() {
           {with_vocabulary(preset("qwen3-30b-a3b"), 151936, false, loss_kind::full), 64, 1, 8, sharding_kind::zero1}};
 }
 
+// Attention and MLP shapes as published models have them (DESIGN 4.1): sliding windows in some or
+// all blocks, decoupled value heads with few key/value heads, latent attention (with and without a
+// low-rank query), dense blocks in a MoE stack; every sharding, tp and ep.
+std::vector<config_case> shape_configurations() {
+  using dcp::loss_kind;
+  using dcp::models::preset;
+  auto gemma = dcp::transformer_spec{"gemma-2-9b", 42, 3584, 16, 14336, 3, dcp::attention_kind::causal, 0};
+  gemma.kv_heads = 8, gemma.head_dim = 256, gemma.window = 4096, gemma.windowed_blocks = 21;
+  gemma = with_vocabulary(gemma, 256000, true, loss_kind::chunked);
+  auto phi = dcp::transformer_spec{"phi-3-mini", 32, 3072, 32, 8192, 3, dcp::attention_kind::causal, 0};
+  phi.window = 2047;
+  phi = with_vocabulary(phi, 32064, false, loss_kind::full);
+  auto deepseek = dcp::transformer_spec{"deepseek-v3", 61, 7168, 128, 18432, 3, dcp::attention_kind::causal, 0};
+  deepseek.head_dim = 192, deepseek.value_dim = 128, deepseek.q_rank = 1536, deepseek.kv_rank = 512;
+  deepseek.rope_dim = 64, deepseek.experts = 256, deepseek.experts_per_token = 8, deepseek.expert_width = 2048;
+  deepseek.shared_experts = 1, deepseek.dense_blocks = 3;
+  deepseek = with_vocabulary(deepseek, 129280, false, loss_kind::chunked);
+  auto latent = dcp::transformer_spec{"dense-mla", 27, 2048, 16, 10944, 3, dcp::attention_kind::causal, 0};
+  latent.head_dim = 192, latent.value_dim = 128, latent.kv_rank = 512, latent.rope_dim = 64;
+  latent = with_vocabulary(latent, 102400, false, loss_kind::full);
+  auto narrow = dcp::transformer_spec{"value-heads", 24, 2048, 16, 8192, 3, dcp::attention_kind::causal, 0};
+  narrow.kv_heads = 2, narrow.head_dim = 128, narrow.value_dim = 64, narrow.window = 1024, narrow.windowed_blocks = 20;
+  auto qwen = preset("qwen3-30b-a3b");
+  qwen.dense_blocks = 6;  // mlp_only_layers of six blocks
+  return {{gemma, 16, 1, 1, sharding_kind::zero1},     {phi, 8, 2, 1, sharding_kind::zero3},
+          {deepseek, 256, 1, 8, sharding_kind::zero3}, {deepseek, 256, 2, 16, sharding_kind::zero3},
+          {latent, 8, 1, 1, sharding_kind::zero1},     {latent, 16, 2, 1, sharding_kind::replicated},
+          {narrow, 16, 1, 1, sharding_kind::zero1},    {qwen, 64, 2, 4, sharding_kind::zero3},
+          {qwen, 128, 1, 8, sharding_kind::zero1}};
+}
+
 TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
   const std::uint64_t seed = 4101;
   std::cout << "[     SEED ] " << seed << "\n";
@@ -229,6 +292,7 @@ TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
   int checked = 0;
   auto all = configurations();
   for (const auto& c : vocabulary_configurations()) all.push_back(c);
+  for (const auto& c : shape_configurations()) all.push_back(c);
   for (const auto& c : all) {
     const auto cost = make(c.model, c.N, c.tp, c.ep, c.sh);
     const reference ref{cost.model, cost.device, c.N, c.tp, c.ep, c.sh};
@@ -262,7 +326,7 @@ TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
       ++checked;
     }
   }
-  EXPECT_GT(checked, 350);
+  EXPECT_GT(checked, 600);
 }
 
 TEST(ModelFormulas, TheVocabularyCostsWhatDesignSays) {
@@ -444,28 +508,48 @@ TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
     std::string text, needle;
   };
   const bad cases[] = {
-      {R"({"num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256})", "missing field 'hidden_size'"},
-      {R"({"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256})", "missing field 'num_hidden_layers'"},
+      {R"({"num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256})",
+       "missing field 'hidden_size'"},
+      {R"({"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256})",
+       "missing field 'num_hidden_layers'"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 256})", "'num_attention_heads'"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4})", "'intermediate_size'"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 5, "intermediate_size": 256})",
        "num_attention_heads = 5 does not divide hidden_size = 64"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3,
-           "intermediate_size": 256})", "num_key_value_heads = 3"},
+           "intermediate_size": 256})",
+       "num_key_value_heads = 3"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2.5, "num_attention_heads": 4, "intermediate_size": 256})",
        "'num_hidden_layers' = 2.5"},
       {R"({"hidden_size": "64", "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256})",
        "'hidden_size' = \"64\""},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
-           "num_experts": 8, "moe_intermediate_size": 32})", "missing field 'num_experts_per_tok'"},
+           "num_experts": 8, "moe_intermediate_size": 32})",
+       "missing field 'num_experts_per_tok'"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
-           "num_experts": 8, "num_experts_per_tok": 9, "moe_intermediate_size": 32})", "num_experts_per_tok = 9"},
+           "num_experts": 8, "num_experts_per_tok": 9, "moe_intermediate_size": 32})",
+       "num_experts_per_tok = 9"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
-           "num_experts_per_tok": 2})", "num_experts is missing"},
+           "num_experts_per_tok": 2})",
+       "num_experts is missing"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
-           "attention": "sliding"})", "attention = 'sliding'"},
+           "attention": "sliding"})",
+       "attention = 'sliding'"},
       {R"({"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 256,
-           "attention": "factorized_2d"})", "even number of blocks"},
+           "attention": "factorized_2d"})",
+       "even number of blocks"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "kv_lora_rank": 16, "qk_nope_head_dim": 16})",
+       "missing field 'qk_rope_head_dim'"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "sliding_window": 8, "layer_types": ["sliding_attention"]})",
+       "layer_types lists 1 layers"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 2})",
+       "leave no MoE block"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
+           "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [5]})",
+       "'mlp_only_layers' = 5"},
       {R"([1, 2])", "not a JSON object"},
       {R"({"hidden_size": 64,)", "not valid JSON"},
   };
@@ -473,6 +557,44 @@ TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
     EXPECT_DCP_ERROR((void)parse(c.text), dcp::errc::parse_error, c.needle, "test-config.json") << "input: " << c.text;
   EXPECT_DCP_ERROR((void)dcp::models::from_config(std::filesystem::path("/nonexistent/config.json")),
                    dcp::errc::io_error, "/nonexistent/config.json");
+}
+
+// Windows and dense blocks as each family's config states them.
+TEST(ModelConfig, LayerPatternsCountTheirBlocks) {
+  const std::string base =
+      R"("hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4, "intermediate_size": 512)";
+  const auto read = [&](const std::string& extra) { return parse("{" + base + ", " + extra + "}"); };
+  EXPECT_EQ(read(R"("sliding_window": 64)").window_blocks(), 12);                     // Mistral, Phi-3: every block
+  EXPECT_EQ(read(R"("sliding_window": 64, "use_sliding_window": false)").window, 0);  // Qwen's default
+  const auto qwen = read(R"("sliding_window": 64, "use_sliding_window": true, "max_window_layers": 8)");
+  EXPECT_EQ(qwen.window_blocks(), 4);  // blocks 8..11
+  EXPECT_EQ(read(R"("model_type": "gemma2", "sliding_window": 64)").window_blocks(), 6);
+  EXPECT_EQ(read(R"("model_type": "gemma3_text", "sliding_window": 64)").window_blocks(), 10);  // 5 of every 6
+  EXPECT_EQ(read(R"("model_type": "gemma3_text", "sliding_window": 64, "sliding_window_pattern": 4)").window_blocks(),
+            9);
+  const auto listed = read(R"("sliding_window": 64, "layer_types": ["sliding_attention", "full_attention",
+      "sliding_attention", "full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
+      "full_attention", "full_attention", "full_attention", "full_attention"])");
+  EXPECT_EQ(listed.window_blocks(), 2);
+  EXPECT_EQ(read(R"("sliding_window": 64, "layer_types": ["full_attention", "full_attention", "full_attention",
+      "full_attention", "full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
+      "full_attention", "full_attention", "full_attention"])")
+                .window,
+            0);
+  const std::string moe = R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, )";
+  EXPECT_EQ(read(moe + R"("first_k_dense_replace": 3)").dense_blocks, 3);
+  EXPECT_EQ(read(moe + R"("first_k_dense_replace": 1, "moe_layer_freq": 2)").dense_blocks, 7);  // MoE at 2, 4, .., 10
+  EXPECT_EQ(read(moe + R"("decoder_sparse_step": 2)").dense_blocks, 6);                         // MoE at 1, 3, .., 11
+  EXPECT_EQ(read(moe + R"("mlp_only_layers": [0, 11])").dense_blocks, 2);
+  const auto mixed = read(moe + R"("mlp_only_layers": [0, 11])");
+  EXPECT_EQ(mixed.parameters(), 2 * mixed.dense_block_parameters() + 10 * mixed.block_parameters());
+  // A DeepSeek-V2-Lite style query of full rank: no q_lora_rank.
+  const auto lite = read(R"("kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64)");
+  EXPECT_EQ(lite.q_rank, 0);
+  EXPECT_EQ(lite.head_dim, 96);
+  EXPECT_EQ(lite.value_dim, 64);
+  EXPECT_EQ(lite.self_attention_parameters(),
+            256.0 * 4 * 96 + 256.0 * (128 + 32) + 128.0 * 4 * (64 + 64) + 4 * 64 * 256.0);
 }
 
 // Published config files (tests/data/configs, each as its model's repository publishes it; the
@@ -508,7 +630,10 @@ TEST(ModelConfig, PublishedLanguageModelsReadRightAndSayWhatIsNotPriced) {
   EXPECT_EQ(gemma.model.kv_heads, 8);
   EXPECT_EQ(gemma.model.head_dim, 256);
   EXPECT_EQ(gemma.model.attention, dcp::attention_kind::causal);
-  EXPECT_TRUE(says(gemma, "sliding_window = 4096"));
+  // Gemma-2 windows every other block from the first: 21 of 42 at 4096 tokens.
+  EXPECT_EQ(gemma.model.window, 4096);
+  EXPECT_EQ(gemma.model.windowed_blocks, 21);
+  EXPECT_TRUE(gemma.unpriced.empty());
   EXPECT_FALSE(says(gemma, "vocab_size"));  // priced now
   // The file gives no tie_word_embeddings: Gemma's default ties the head to the embedding.
   EXPECT_EQ(gemma.model.vocab, 256000);
@@ -518,7 +643,9 @@ TEST(ModelConfig, PublishedLanguageModelsReadRightAndSayWhatIsNotPriced) {
   EXPECT_NEAR(gemma.model.total_parameters() / 1e9, 9.24, 0.18);
   const auto phi = published("phi-3-mini-4k-instruct");
   EXPECT_EQ(phi.model.mlp_matrices, 3);
-  EXPECT_TRUE(says(phi, "sliding_window = 2047"));
+  EXPECT_EQ(phi.model.window, 2047);  // every block
+  EXPECT_EQ(phi.model.window_blocks(), 32);
+  EXPECT_TRUE(phi.unpriced.empty());
   EXPECT_EQ(phi.model.vocab, 32064);
   EXPECT_FALSE(phi.model.tied_embeddings);
   EXPECT_EQ(phi.max_positions, 4096);
@@ -533,11 +660,27 @@ TEST(ModelConfig, PublishedLanguageModelsReadRightAndSayWhatIsNotPriced) {
   EXPECT_NEAR(llama.model.total_parameters() / 1e9, 8.03, 0.005);  // the card's 8.03B
   EXPECT_TRUE(llama.unpriced.empty());                             // every field that changes its cost is priced
   const auto deepseek = published("deepseek-v3");
-  for (const char* field : {"kv_lora_rank", "first_k_dense_replace = 3", "num_nextn_predict_layers = 1"})
-    EXPECT_TRUE(says(deepseek, field)) << field;
+  // Latent attention: heads of 128 + 64 for queries and keys, 128 for values, from a 512 latent
+  // and a 1536 query rank; three dense blocks before 58 MoE ones. Only MTP is left unpriced.
+  EXPECT_EQ(deepseek.model.kv_rank, 512);
+  EXPECT_EQ(deepseek.model.q_rank, 1536);
+  EXPECT_EQ(deepseek.model.rope_dim, 64);
+  EXPECT_EQ(deepseek.model.head_dim, 192);
+  EXPECT_EQ(deepseek.model.value_dim, 128);
+  EXPECT_EQ(deepseek.model.kv_heads, 0);  // num_key_value_heads = heads
+  EXPECT_EQ(deepseek.model.dense_blocks, 3);
+  EXPECT_EQ(deepseek.model.mlp_width, 18432);
+  ASSERT_EQ(deepseek.unpriced.size(), 1u);
+  EXPECT_TRUE(says(deepseek, "num_nextn_predict_layers = 1"));
   EXPECT_EQ(deepseek.model.vocab, 129280);
   EXPECT_EQ(deepseek.model.experts, 256);
   EXPECT_EQ(deepseek.model.shared_experts, 1);
+  // The card's 671B in all (the MTP module's 14B aside), 37B activated, each within 2%.
+  EXPECT_NEAR(deepseek.model.total_parameters() / 1e9, 671, 13.4);
+  EXPECT_NEAR((deepseek.model.active_parameters() + deepseek.model.vocabulary_parameters()) / 1e9, 37, 0.74);
+  // A block's attention: Q 7168 x 1536 + 1536 x 128 x 192, K/V 7168 x 576 + 512 x 128 x 256, O 128 x 128 x 7168.
+  EXPECT_EQ(deepseek.model.self_attention_parameters(),
+            7168.0 * 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512.0 * 128 * 256 + 128.0 * 128 * 7168);
 }
 
 TEST(ModelConfig, FoldersAndUnknownDiffusersClassesAreClearErrors) {
@@ -645,4 +788,69 @@ TEST(ModelJson, TheVocabularyRoundTrips) {
   bad["loss"] = "full";
   bad["tied_embeddings"] = 1;
   EXPECT_DCP_ERROR((void)dcp::spec_from_json(bad, r), dcp::errc::parse_error, "model.tied_embeddings");
+}
+
+TEST(ModelJson, EveryShapeFieldRoundTrips) {
+  const dcp::json_reader r("test: ");
+  for (const auto& c : shape_configurations()) {
+    const auto j = dcp::spec_to_json(c.model);
+    EXPECT_EQ(dcp::spec_from_json(nlohmann::json::parse(j.dump()), r), c.model) << j.dump();
+  }
+  // A model without them writes none (older readers see the same file).
+  const auto plain = dcp::spec_to_json(dcp::models::llama3_70b());
+  for (const char* key : {"window", "windowed_blocks", "value_dim", "q_rank", "kv_rank", "rope_dim", "dense_blocks"})
+    EXPECT_FALSE(plain.contains(key)) << key;
+}
+
+// What the shapes cost: a window makes attention linear beyond it; latent attention and dense
+// blocks count what their layers hold; contradictions are named.
+TEST(ModelFormulas, WindowsLatentAttentionAndDenseBlocksCostWhatDesignSays) {
+  auto m = dcp::transformer_spec{"windowed", 32, 3072, 32, 8192, 3, dcp::attention_kind::causal, 0};
+  const auto full = make(m, 8, 1, 1, sharding_kind::zero1);
+  m.window = 2048;
+  const auto windowed = make(m, 8, 1, 1, sharding_kind::zero1);
+  const double p = 4 * 3072.0;
+  // Within the window nothing changes; beyond it each query sees w keys.
+  EXPECT_EQ(windowed.load_of(dcp::make_sequence(1, 2048)).attention,
+            full.load_of(dcp::make_sequence(1, 2048)).attention);
+  EXPECT_EQ(windowed.load_of(dcp::make_sequence(1, 100000)).attention, 32 * p * (2048.0 * 100000 - 2048.0 * 2048 / 2));
+  const auto a1 = windowed.load_of(dcp::make_sequence(1, 50000)).attention;
+  const auto a2 = windowed.load_of(dcp::make_sequence(1, 100000)).attention;
+  EXPECT_NEAR(a2 - a1, 32 * p * 2048 * 50000, 1.0);  // linear
+  EXPECT_TRUE(windowed.has_fitted_form());
+  EXPECT_FALSE(windowed.is_classic());
+  m.windowed_blocks = 16;  // half the blocks: halfway between
+  const auto half = make(m, 8, 1, 1, sharding_kind::zero1);
+  const auto s = dcp::make_sequence(1, 100000);
+  EXPECT_NEAR(half.load_of(s).attention, (full.load_of(s).attention + windowed.load_of(s).attention) / 2, 1e3);
+  // Latent attention holds fewer parameters than the heads it serves, and its Ulysses exchange
+  // carries 192-wide queries and keys, 128-wide values and outputs.
+  auto mla = dcp::transformer_spec{"mla", 4, 2048, 16, 8192, 3, dcp::attention_kind::causal, 0};
+  mla.head_dim = 192, mla.value_dim = 128, mla.kv_rank = 512, mla.rope_dim = 64;
+  const auto latent = make(mla, 8, 1, 1, sharding_kind::zero1);
+  EXPECT_EQ(latent.all_to_all_width(4), (16 * 192 + 16 * 128 + 16 * 192 + 16 * 128) / 4.0);  // q, o, k, v
+  EXPECT_EQ(mla.pair_flops(), 2 * (16 * 192.0 + 16 * 128.0));
+  EXPECT_LT(mla.self_attention_parameters(), 2048.0 * (16 * 192) * 2 + 2048.0 * (16 * 128) * 2);
+  // Dense blocks: parameters, active FLOPs and zero3's largest gathered block.
+  auto q = dcp::models::qwen3_30b_a3b();
+  const double all_moe = q.parameters();
+  q.dense_blocks = 6;
+  EXPECT_EQ(q.parameters(), all_moe - 6 * (q.block_parameters() - q.dense_block_parameters()));
+  EXPECT_EQ(q.active_parameters(), 42 * q.active_block_parameters() + 6 * q.dense_block_parameters());
+  // Contradictions.
+  auto bad = dcp::models::llama3_70b();
+  bad.windowed_blocks = 4;
+  EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "windowed_blocks needs a window");
+  bad = dcp::models::wan2_1_14b();
+  bad.window = 512;
+  EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "a window needs causal attention");
+  bad = dcp::models::llama3_70b();
+  bad.dense_blocks = 2;
+  EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "dense_blocks = 2 needs a MoE model");
+  bad = mla;
+  bad.kv_heads = 4;
+  EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "kv_heads = 4 must be 0 or heads");
+  bad = dcp::models::llama3_70b();
+  bad.rope_dim = 64;
+  EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "rope_dim = 64 needs latent attention");
 }

@@ -108,11 +108,12 @@ struct analytic_cost {
 
   /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
   bool is_classic() const noexcept {
-    return has_fitted_form() && model.kv_heads == 0 && model.head_dim == 0 && model.vocab == 0;
+    return has_fitted_form() && model.kv_heads == 0 && model.head_dim == 0 && model.vocab == 0 && model.window == 0 &&
+           model.value_dim == 0 && model.q_rank == 0 && model.kv_rank == 0;
   }
   /// True where `fitted_cost` mirrors this model: data x sequence parallel (tp = ep = ring = 1),
-  /// zero1, self-attention only and a dense MLP; GQA, a decoupled head width and a vocabulary
-  /// are in its form.
+  /// zero1, self-attention only and a dense MLP; GQA, decoupled head and value widths, latent
+  /// attention, windows and a vocabulary are in its form (they shape its features).
   bool has_fitted_form() const noexcept {
     return parallel.tp == 1 && parallel.ep == 1 && parallel.ring == 1 && parallel.sharding == sharding_kind::zero1 &&
            model.cross_attention_tokens == 0 && !model.is_moe();
@@ -151,31 +152,45 @@ struct analytic_cost {
   std::int64_t tokens_of(const sequence& s) const noexcept { return model.tokens_of(s.frames, s.spatial); }
 
   load_type load_of(const sequence& s) const noexcept {
-    // q = h unless head_dim decouples it (section 4.1), so today's models price exactly as before.
-    const double L = model.blocks, h = model.query_width();
+    // p = 2 (q + o) = 4 h for today's models (section 4.1), so they price exactly as before.
+    const double L = model.blocks, p = model.pair_flops();
     const double n = static_cast<double>(tokens_of(s));
     double a = 0, ring_a = 0;
     switch (model.attention) {
-      case attention_kind::full: a = ring_a = L * 4 * h * n * n; break;
-      case attention_kind::causal: a = ring_a = L * 2 * h * n * n; break;
+      case attention_kind::full: a = ring_a = L * p * n * n; break;
+      case attention_kind::causal: {
+        const double windowed = model.window_blocks();
+        a = ring_a = (L - windowed) * p / 2 * n * n + windowed * p * model.windowed_pairs(n);
+        break;
+      }
       case attention_kind::factorized_2d: {
         const double t = static_cast<double>(s.frames), sz = static_cast<double>(s.spatial);
-        ring_a = (L / 2) * 4 * h * sz * t * t;  // temporal: a ring splits the frames
-        a = (L / 2) * 4 * h * t * sz * sz + ring_a;
+        ring_a = (L / 2) * p * sz * t * t;  // temporal: a ring splits the frames
+        a = (L / 2) * p * t * sz * sz + ring_a;
         break;
       }
     }
     if (model.cross_attention_tokens > 0) {
       const double c = static_cast<double>(model.cross_attention_tokens);
-      a += L * (4 * h * n * c + 4 * static_cast<double>(model.hidden) * model.key_value_width() * c);
+      a +=
+          L * (p * n * c + 2 * static_cast<double>(model.hidden) * (model.key_value_width() + model.value_width()) * c);
     }
     return {1, n, a, ring_a};
   }
 
-  /// P_gpu,b = (P - P_E) / tp + P_E / (tp ep): the block parameters one GPU holds unsharded.
+  /// P_gpu,b = (P - P_E) / tp + P_E / (tp ep): the block parameters one GPU holds unsharded,
+  /// P_E = L_e P_bE the routed experts'.
   double block_parameters_per_gpu() const noexcept {
-    const double p = model.parameters(), pe = model.blocks * model.expert_parameters();
+    const double p = model.parameters(), pe = model.moe_blocks() * model.expert_parameters();
     return (p - pe) / parallel.tp + pe / (parallel.tp * parallel.ep);
+  }
+  /// The parameters one GPU holds of its largest block: P_gpu,b / L, or with dense blocks in a
+  /// MoE stack the larger of a dense block's P_b,dense / tp and a MoE block's.
+  double largest_block_per_gpu() const noexcept {
+    if (model.dense_blocks == 0) return block_parameters_per_gpu() / model.blocks;
+    const double pbe = model.expert_parameters(), pb = model.block_parameters();
+    return std::max(model.dense_block_parameters() / parallel.tp,
+                    (pb - pbe) / parallel.tp + pbe / (parallel.tp * parallel.ep));
   }
   /// P_gpu = P_gpu,b + P_V / tp: with the embedding and the LM head, split over tp by vocabulary.
   double parameters_per_gpu() const noexcept {
@@ -185,7 +200,7 @@ struct analytic_cost {
   /// (a block, or a vocabulary matrix) with its prefetched successor and its gradient.
   double zero3_gathered() const noexcept {
     const double vocab_matrix = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / parallel.tp;
-    return std::max(6 * block_parameters_per_gpu() / model.blocks, 6 * vocab_matrix);
+    return std::max(6 * largest_block_per_gpu(), 6 * vocab_matrix);
   }
   /// zero1: 4 P_gpu + 12 P_all / N; replicated: 16 P_gpu; zero3: 16 P_all / N + `zero3_gathered`,
   /// P_all = P + P_V.
@@ -198,9 +213,13 @@ struct analytic_cost {
     }
     return 4 * parameters_per_gpu() + 12 * p / parallel.gpus;
   }
-  /// F = L 2 P_act N_tok + A (P_act = P_b for a dense model without cross-attention): the blocks'.
-  double forward_flops(const load_type& l) const noexcept {
-    return model.blocks * 2 * model.active_block_parameters() * l.tokens + l.attention;
+  /// F = L 2 P_act N_tok + A (P_act = P_b for a dense model without cross-attention; L P_act
+  /// sums the dense and MoE blocks of a mixed stack): the blocks'.
+  double forward_flops(const load_type& l) const noexcept { return linear_flops_per_token() * l.tokens + l.attention; }
+  /// L 2 P_act: the blocks' linear forward FLOPs per token.
+  double linear_flops_per_token() const noexcept {
+    if (model.dense_blocks == 0) return model.blocks * 2 * model.active_block_parameters();
+    return 2 * model.active_parameters();
   }
   /// F_V = 2 V h N_tok: the LM head's forward FLOPs (run once a step, never recomputed).
   double head_flops(const load_type& l) const noexcept { return model.head_flops_per_token() * l.tokens; }
@@ -212,21 +231,28 @@ struct analytic_cost {
   /// Tensor-parallel collectives of the vocabulary per step: the embedding's reduce-scatter and
   /// its gradient's all-gather, the LM head's all-gather and its gradient's reduce-scatter.
   int tp_vocabulary_collectives() const noexcept { return parallel.tp > 1 && model.vocab > 0 ? 4 : 0; }
-  /// Per-GPU width w of one Ulysses all-to-all: 1D (2 q / tp + 2 kv_sp) / 4 with
-  /// kv_sp = kv / tp, or d sp when kv_heads / tp < sp (key/value heads replicated up to sp);
-  /// 2D h / tp. h for today's models.
+  /// Per-GPU width w of one Ulysses all-to-all: 1D ((q + o) / tp + k_sp + v_sp) / 4 with
+  /// k_sp = kv / tp and v_sp = kv_v / tp, or d sp and d_v sp when kv_heads / tp < sp (key/value
+  /// heads replicated up to sp); 2D h / tp. h for today's models.
   double all_to_all_width(int sp) const noexcept {
     const double h = static_cast<double>(model.hidden);
     if (model.attention == attention_kind::factorized_2d) return h / parallel.tp;
-    const double kv =
-        model.key_value_heads() / parallel.tp >= sp ? model.key_value_width() / parallel.tp : model.head_width() * sp;
-    return (2 * model.query_width() / parallel.tp + 2 * kv) / 4;
+    const bool whole = model.key_value_heads() / parallel.tp >= sp;
+    const double k = whole ? model.key_value_width() / parallel.tp : model.head_width() * sp;
+    const double v = whole ? model.value_width() / parallel.tp : model.value_head_width() * sp;
+    return ((model.query_width() + model.output_width()) / parallel.tp + (k + v)) / 4;
   }
   /// Megatron sequence-parallel collectives per block pass inside a TP group: an all-gather
   /// and a reduce-scatter around each attention and the MLP.
   int tp_collectives_per_pass() const noexcept { return model.cross_attention_tokens > 0 ? 6 : 4; }
   /// Expert-parallel all-to-alls per block pass: dispatch and combine.
   int ep_all_to_alls_per_pass() const noexcept { return parallel.ep > 1 ? 2 : 0; }
+  /// Block passes that route through experts in a step with k checkpointed blocks: 2 L + k for
+  /// a MoE stack, (2 + k / L) L_e with L_d dense blocks (a checkpointed block is as likely dense).
+  double moe_passes(int k) const noexcept {
+    const double L = model.blocks, le = model.moe_blocks();
+    return 2 * le + k * le / L;
+  }
   /// Bandwidth of the expert-parallel group (ep GPUs, tp apart).
   double ep_bandwidth() const noexcept {
     return parallel.ep * parallel.tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
@@ -238,13 +264,21 @@ struct analytic_cost {
   /// zero3's per-step floor t_z3 = 3 L (alpha + V_b / bw_dp) + 3 n_V (alpha + V_V / bw_dp): two
   /// weight all-gathers and one gradient reduce-scatter per block and per vocabulary matrix,
   /// V_b = 2 [(P_b - P_bE) / tp (D-1)/D + P_bE / (tp ep) (D_e-1)/D_e], V_V = 2 V h / tp (D-1)/D,
-  /// D = N / tp, D_e = D / ep, n_V = `vocabulary_matrices`. 0 unless zero3.
+  /// D = N / tp, D_e = D / ep, n_V = `vocabulary_matrices`; a MoE stack's L_d dense blocks gather
+  /// V_d = 2 P_b,dense / tp (D-1)/D each. 0 unless zero3.
   double step_floor() const noexcept {
     if (parallel.sharding != sharding_kind::zero3) return 0;
     const double pbe = model.expert_parameters(), pb = model.block_parameters();
     const double d = static_cast<double>(parallel.gpus / parallel.tp), de = d / parallel.ep;
     const double v = 2 * ((pb - pbe) / parallel.tp * (d - 1) / d + pbe / (parallel.tp * parallel.ep) * (de - 1) / de);
-    const double blocks = 3 * model.blocks * (device.alpha + v / dp_bandwidth());
+    double blocks = 0;
+    if (model.dense_blocks == 0) {
+      blocks = 3 * model.blocks * (device.alpha + v / dp_bandwidth());
+    } else {
+      const double vd = 2 * model.dense_block_parameters() / parallel.tp * (d - 1) / d;
+      blocks = 3 * model.moe_blocks() * (device.alpha + v / dp_bandwidth()) +
+               3 * model.dense_blocks * (device.alpha + vd / dp_bandwidth());
+    }
     if (model.vocab == 0) return blocks;
     const double vv =
         2 * static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / parallel.tp * (d - 1) / d;
@@ -264,18 +298,22 @@ struct analytic_cost {
            ((2.0 * model.blocks + working_beta()) * static_cast<double>(model.hidden)) * parallel.tp;
   }
 
-  /// Per-GPU key/value width after the Ulysses all-to-all over u units: kv / (tp u), or d when
-  /// kv_heads / tp < u (one replicated head).
+  /// Per-GPU key plus value width after the Ulysses all-to-all over u units, k_u + v_u:
+  /// (kv + kv_v) / (tp u), or d + d_v when kv_heads / tp < u (one replicated head); 2 kv_u
+  /// when d_v = d.
   double ring_key_value_width(int u) const noexcept {
-    return model.key_value_heads() / parallel.tp >= u ? model.key_value_width() / parallel.tp / u : model.head_width();
+    return model.key_value_heads() / parallel.tp >= u
+               ? model.key_value_width() / parallel.tp / u + model.value_width() / parallel.tp / u
+               : model.head_width() + model.value_head_width();
   }
   /// Seconds of a step's ring K/V exchange (DESIGN section 4.3), 0 when r = 1: (3L + k) (r - 1)
-  /// messages, each a K/V block of N_tok / r tokens, `alpha + 4 kv_u N_tok / r / bw(sp tp)`;
-  /// half of them for 2D attention (only the temporal blocks ring).
+  /// messages, each a K/V block of N_tok / r tokens in bf16, `alpha + 2 (k_u + v_u) N_tok / r /
+  /// bw(sp tp)`; half of them for 2D attention (only the temporal blocks ring). A window still
+  /// passes every block around: the keys it needs are spread over the ring's zig-zag shards.
   double ring_time(const load_type& l, int sp, int k, int r) const noexcept {
     if (r == 1) return 0;
     const double L = model.blocks;
-    const double bytes = 4 * ring_key_value_width(sp / r) * l.tokens / r;
+    const double bytes = 2 * ring_key_value_width(sp / r) * l.tokens / r;
     const double t = (3 * L + k) * (r - 1) * (device.alpha + bytes / bandwidth(sp));
     return model.attention == attention_kind::factorized_2d ? t / 2 : t;
   }
@@ -304,7 +342,7 @@ struct analytic_cost {
   double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const noexcept {
     // The LM head's 3 F_V joins the linear term: (3 + k/L)(A + c N) + 3 c_V N = (3 + k/L)(A + c' N).
     const double L = model.blocks, b = device.x_half * sp;
-    const double c = L * 2 * model.active_block_parameters() + 3 * model.head_flops_per_token() / (3 + k / L);
+    const double c = linear_flops_per_token() + 3 * model.head_flops_per_token() / (3 + k / L);
     const double n = std::min({std::sqrt(l.attention * b / c), sp * max_tokens_per_gpu(), batch.tokens});
     if (!(n > l.tokens)) return alone_s;
     const double compute =
@@ -370,7 +408,7 @@ struct analytic_cost {
       w += (tp_collectives_per_pass() * (2 * L + k) + tp_vocabulary_collectives()) * 2 * h * l.tokens *
            (parallel.tp - 1) / parallel.tp / device.bw_intra;
     if (parallel.ep > 1)
-      w += ep_all_to_alls_per_pass() * (2 * L + k) * 2 * h * model.experts_per_token * (l.tokens / parallel.tp) *
+      w += ep_all_to_alls_per_pass() * moe_passes(k) * 2 * h * model.experts_per_token * (l.tokens / parallel.tp) *
            (parallel.ep - 1) / parallel.ep / ep_bandwidth();
     return w;
   }
@@ -419,7 +457,7 @@ struct analytic_cost {
   };
   floors_on floors() const noexcept {
     return {this,
-            model.blocks * 2 * model.active_block_parameters(),
+            linear_flops_per_token(),
             model.head_flops_per_token(),
             working_beta(),
             parallel.tp * device.peak * efficiency(max_tokens_per_gpu()),
@@ -460,7 +498,7 @@ struct analytic_cost {
     }
     if (parallel.ep > 1) {
       const double v = 2 * h * model.experts_per_token * (x / parallel.tp) * (parallel.ep - 1) / parallel.ep;
-      t_comm += ep_all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / ep_bandwidth());
+      t_comm += ep_all_to_alls_per_pass() * moe_passes(k) * (device.alpha + v / ep_bandwidth());
     }
     const double t_over = device.tau * (3 * L + k);
     return {t_comp, t_comm, t_over};

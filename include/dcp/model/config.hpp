@@ -60,6 +60,62 @@ inline constexpr std::array<std::string_view, 17> gated_model_types{
 /// say (`tie_word_embeddings` defaults to true there); the other families' default is untied.
 inline constexpr std::array<std::string_view, 4> tied_model_types{"gemma", "gemma2", "gemma3", "gemma3_text"};
 
+/// The layer indices of `field` (a list of integers in [0, L)), empty when absent.
+inline std::vector<int> layer_list(const nlohmann::json& j, const json_reader& r, const char* field, int blocks) {
+  std::vector<int> out;
+  if (!j.contains(field) || j.at(field).is_null()) return out;
+  if (!j.at(field).is_array()) r.fail(std::string("field '") + field + "' = " + j.at(field).dump() + " is not a list");
+  for (const auto& v : j.at(field)) out.push_back(static_cast<int>(r.integer(v, field, 0, blocks - 1)));
+  return out;
+}
+
+/// L_d: the dense blocks of a MoE stack. DeepSeek's first_k_dense_replace leading blocks (and
+/// after them every moe_layer_freq-th block is MoE); Qwen's mlp_only_layers, and the blocks
+/// that decoder_sparse_step skips (block i is MoE when (i + 1) % step == 0).
+inline int dense_blocks_of(const nlohmann::json& j, const json_reader& r, int blocks) {
+  const auto count = [&](const char* name, std::int64_t fallback) {
+    return j.contains(name) && !j.at(name).is_null() ? r.integer(j.at(name), name, 0, blocks) : fallback;
+  };
+  const std::int64_t first = count("first_k_dense_replace", 0), freq = count("moe_layer_freq", 1);
+  const std::int64_t step = count("decoder_sparse_step", 1);
+  if (freq == 0 || step == 0) r.fail("moe_layer_freq and decoder_sparse_step must be positive");
+  const std::vector<int> dense = layer_list(j, r, "mlp_only_layers", blocks);
+  int moe = 0;
+  for (int i = 0; i < blocks; ++i)
+    moe +=
+        i >= first && i % freq == 0 && (i + 1) % step == 0 && std::find(dense.begin(), dense.end(), i) == dense.end();
+  if (moe == 0)
+    r.fail("first_k_dense_replace, moe_layer_freq, decoder_sparse_step and mlp_only_layers leave no MoE block of " +
+           std::to_string(blocks) + "; drop num_experts for a dense model");
+  return blocks - moe;
+}
+
+/// L_w: the blocks with the sliding window. `layer_types` lists them ("sliding_attention"); else
+/// Gemma-2 windows every other block from the first, Gemma-3 all but every
+/// sliding_window_pattern-th (default 6), Qwen the blocks from max_window_layers on; every block
+/// otherwise (Mistral, Phi-3).
+inline int windowed_blocks_of(const nlohmann::json& j, const json_reader& r, std::string_view type, int blocks) {
+  if (j.contains("layer_types") && j.at("layer_types").is_array()) {
+    const auto& types = j.at("layer_types");
+    if (types.size() != static_cast<std::size_t>(blocks))
+      r.fail("layer_types lists " + std::to_string(types.size()) +
+             " layers but num_hidden_layers = " + std::to_string(blocks) + "; give one type per layer");
+    int n = 0;
+    for (const auto& t : types) n += t.is_string() && t.get<std::string>() == "sliding_attention";
+    return n;
+  }
+  if (type == "gemma2") return (blocks + 1) / 2;
+  if (type == "gemma3" || type == "gemma3_text") {
+    const std::int64_t pattern = j.contains("sliding_window_pattern") && !j.at("sliding_window_pattern").is_null()
+                                     ? r.integer(j.at("sliding_window_pattern"), "sliding_window_pattern", 1, blocks)
+                                     : 6;
+    return blocks - static_cast<int>(blocks / pattern);
+  }
+  if (j.contains("use_sliding_window") && j.contains("max_window_layers") && !j.at("max_window_layers").is_null())
+    return blocks - static_cast<int>(r.integer(j.at("max_window_layers"), "max_window_layers", 0, blocks));
+  return blocks;
+}
+
 }  // namespace detail
 
 /// The model a parsed `config.json` describes, and what it leaves unpriced; `source` names the
@@ -117,7 +173,15 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
 
   m.blocks = static_cast<int>(integer({"num_hidden_layers", "num_layers", "n_layer"}, true, 0));
   m.heads = static_cast<int>(integer({"num_attention_heads", "num_heads", "n_head"}, true, 0));
-  const std::int64_t head_dim = integer({"head_dim", "attention_head_dim"}, false, 0);
+  // Multi-head latent attention (DeepSeek-V2/V3): a query and key head is qk_nope_head_dim +
+  // qk_rope_head_dim wide, a value head v_head_dim.
+  m.kv_rank = integer({"kv_lora_rank"}, false, 0);
+  std::int64_t head_dim = integer({"head_dim", "attention_head_dim"}, false, 0);
+  if (m.kv_rank > 0) {
+    m.rope_dim = integer({"qk_rope_head_dim"}, true, 0);
+    head_dim = integer({"qk_nope_head_dim"}, true, 0) + m.rope_dim;
+    m.q_rank = integer({"q_lora_rank"}, false, 0);
+  }
   // Diffusers configs give heads x head width instead of a hidden size.
   m.hidden = integer({"hidden_size", "dim", "n_embd"}, head_dim == 0, m.heads * head_dim);
   if (m.blocks == 0 || m.heads == 0 || m.hidden == 0) fail("num_hidden_layers, num_attention_heads and hidden_size must be positive");
@@ -130,6 +194,8 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
   if (kv == 0 || kv > m.heads || m.heads % kv != 0)
     fail("num_key_value_heads = " + std::to_string(kv) + " must divide num_attention_heads = " + std::to_string(m.heads));
   if (kv != m.heads) m.kv_heads = static_cast<int>(kv);
+  if (const std::int64_t v = integer({"v_head_dim"}, false, 0); v > 0 && v != static_cast<std::int64_t>(m.head_width()))
+    m.value_dim = v;
 
   m.experts = static_cast<int>(integer({"num_experts", "num_local_experts", "n_routed_experts"}, false, 0));
   // A diffusers transformer's MLP: its ffn_dim, else mlp_ratio x width, else diffusers'
@@ -160,6 +226,7 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
       m.shared_experts += static_cast<int>(shared_width / m.expert_width);
     }
     m.mlp_width = integer({"intermediate_size", "ffn_dim", "n_inner"}, false, m.expert_width);
+    m.dense_blocks = detail::dense_blocks_of(j, r, m.blocks);
   } else {
     for (const char* moe : {"num_experts_per_tok", "moe_intermediate_size"})
       if (j.contains(moe) && !j.at(moe).is_null() && !(j.at(moe).is_number_integer() && j.at(moe).get<std::int64_t>() == 0))
@@ -218,23 +285,23 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
   }
   out.max_positions = integer({"max_position_embeddings", "n_positions"}, false, 0);
 
-  // Fields that change cost and that the model does not price: said, not dropped.
-  if (const std::string w = given("sliding_window"); !w.empty() && given("use_sliding_window") != "false")
-    unpriced("sliding_window = " + w + ": attention is priced over the whole sequence");
-  for (const char* mla : {"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"})
-    if (const std::string v = given(mla); !v.empty()) {
-      unpriced(std::string(mla) + " = " + v + ": multi-head latent attention is priced as multi-head attention of "
-               "hidden_size / num_attention_heads wide heads");
-      break;
+  // Sliding-window attention: its window, and the blocks that have it.
+  if (given("use_sliding_window") != "false") {
+    if (const std::int64_t w = integer({"sliding_window"}, false, 0); w > 0) {
+      const int windowed = detail::windowed_blocks_of(j, r, type, m.blocks);
+      if (windowed > 0 && m.attention == attention_kind::causal) {
+        m.window = w;
+        if (windowed < m.blocks) m.windowed_blocks = windowed;
+      } else if (windowed > 0) {
+        unpriced("sliding_window = " + std::to_string(w) + ": a window over " + to_string(m.attention) +
+                 " attention is priced over the whole sequence");
+      }
     }
-  if (const std::string v = given("first_k_dense_replace"); !v.empty() && v != "0")
-    unpriced("first_k_dense_replace = " + v + ": those dense blocks are priced as MoE blocks");
+  }
+
+  // Fields that change cost and that the model does not price: said, not dropped.
   if (const std::string v = given("num_nextn_predict_layers"); !v.empty() && v != "0")
     unpriced("num_nextn_predict_layers = " + v + ": the multi-token-prediction layers are not priced");
-  if (const std::string v = given("mlp_only_layers"); !v.empty() && v != "[]")
-    unpriced("mlp_only_layers = " + v + ": those dense blocks are priced as MoE blocks");
-  if (const std::string v = given("decoder_sparse_step"); !v.empty() && v != "1")
-    unpriced("decoder_sparse_step = " + v + ": the dense blocks between MoE ones are priced as MoE blocks");
   if (const std::string v = given("image_dim"); diffusers != nullptr && !v.empty())
     unpriced("image_dim = " + v + ": the image tokens of image-to-video cross-attention are not priced");
 

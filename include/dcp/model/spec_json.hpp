@@ -45,6 +45,13 @@ inline nlohmann::ordered_json spec_to_json(const transformer_spec& m) {
   put("vocab", m.vocab);
   if (m.tied_embeddings) j["tied_embeddings"] = true;
   if (m.loss != loss_kind::full) j["loss"] = to_string(m.loss);
+  put("window", m.window);
+  put("windowed_blocks", m.windowed_blocks);
+  put("value_dim", m.value_dim);
+  put("q_rank", m.q_rank);
+  put("kv_rank", m.kv_rank);
+  put("rope_dim", m.rope_dim);
+  put("dense_blocks", m.dense_blocks);
   return j;
 }
 
@@ -97,6 +104,13 @@ inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reade
     m.tied_embeddings = t.get<bool>();
   }
   named("loss", m.loss, {loss_kind::full, loss_kind::chunked}, "full or chunked");
+  m.window = optional("window", std::int64_t{0});
+  m.windowed_blocks = optional("windowed_blocks", 0);
+  m.value_dim = optional("value_dim", std::int64_t{0});
+  m.q_rank = optional("q_rank", std::int64_t{0});
+  m.kv_rank = optional("kv_rank", std::int64_t{0});
+  m.rope_dim = optional("rope_dim", std::int64_t{0});
+  m.dense_blocks = optional("dense_blocks", 0);
   return m;
 }
 

@@ -47,6 +47,13 @@ struct transformer_spec {
   std::int64_t vocab = 0;                    ///< V: embedding rows and LM-head outputs; 0 = not priced
   bool tied_embeddings = false;              ///< the LM head reuses the embedding matrix
   loss_kind loss = loss_kind::full;          ///< how the logits are held (priced when vocab > 0)
+  std::int64_t window = 0;                   ///< w: keys a windowed block's query attends to; 0 = none
+  int windowed_blocks = 0;                   ///< L_w: blocks with the window (causal); 0 = all L when w > 0
+  std::int64_t value_dim = 0;                ///< d_v: value and output width per head; 0 = d
+  std::int64_t q_rank = 0;                   ///< r_q: low-rank query projection (MLA); 0 = full rank
+  std::int64_t kv_rank = 0;                  ///< r_kv: latent of the keys and values (MLA); 0 = none
+  std::int64_t rope_dim = 0;                 ///< d_r: the MLA key's rotary part, shared by the heads (in d)
+  int dense_blocks = 0;                      ///< L_d: blocks of a MoE stack whose MLP is dense of width f
 
   /// Key/value heads: `kv_heads`, or `heads` when 0.
   constexpr int key_value_heads() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
@@ -54,19 +61,53 @@ struct transformer_spec {
   constexpr double head_width() const noexcept {
     return head_dim > 0 ? static_cast<double>(head_dim) : static_cast<double>(hidden / heads);
   }
-  /// q = heads d (query and output-projection width; h unless head_dim decouples it).
+  /// q = heads d: the queries' width (and the output projection's unless value_dim decouples
+  /// it); h unless head_dim decouples it.
   constexpr double query_width() const noexcept {
     return head_dim > 0 ? heads * head_width() : static_cast<double>(hidden);
   }
-  /// kv = kv_heads d.
+  /// kv = kv_heads d: the keys' width (and the values' unless value_dim decouples it).
   constexpr double key_value_width() const noexcept {
     return kv_heads > 0 || head_dim > 0 ? key_value_heads() * head_width() : static_cast<double>(hidden);
   }
+  /// d_v = value_dim, or d when 0.
+  constexpr double value_head_width() const noexcept {
+    return value_dim > 0 ? static_cast<double>(value_dim) : head_width();
+  }
+  /// o = heads d_v: the values' and the output projection's width (q unless value_dim decouples it).
+  constexpr double output_width() const noexcept { return value_dim > 0 ? heads * value_head_width() : query_width(); }
+  /// kv_v = kv_heads d_v: the values' width (kv unless value_dim decouples it).
+  constexpr double value_width() const noexcept {
+    return value_dim > 0 ? key_value_heads() * value_head_width() : key_value_width();
+  }
+  /// Multi-head latent attention: keys and values up-projected from an r_kv latent.
+  constexpr bool is_latent_attention() const noexcept { return kv_rank > 0; }
   constexpr bool is_moe() const noexcept { return experts > 0; }
-  /// Parameters of the attentions of a block: 2 h q + 2 h kv, twice with a cross-attention.
-  constexpr double attention_parameters() const noexcept {
+  /// L_w: the blocks whose attention is windowed (0 without a window).
+  constexpr int window_blocks() const noexcept {
+    return window == 0 ? 0 : windowed_blocks > 0 ? windowed_blocks : blocks;
+  }
+  /// L_e: the blocks whose MLP is the MoE layer (L - L_d; 0 for a dense model).
+  constexpr int moe_blocks() const noexcept { return is_moe() ? blocks - dense_blocks : 0; }
+  /// Parameters of the self-attention of a block: Q, O, K and V. 2 h q + 2 h kv for multi-head
+  /// (and grouped) attention, h q + h o + h (kv + kv_v) with a value width of its own; MLA's
+  /// projections h r_q + r_q q (or h q) for Q, h (r_kv + d_r) + r_kv heads (d - d_r + d_v) for K
+  /// and V, h o for O.
+  constexpr double self_attention_parameters() const noexcept {
     const double h = static_cast<double>(hidden);
-    const double self = (kv_heads > 0 || head_dim > 0) ? 2 * h * query_width() + 2 * h * key_value_width() : 4.0 * h * h;
+    const bool multi_head = value_dim == 0 && !is_latent_attention() && q_rank == 0;
+    if (multi_head && kv_heads == 0 && head_dim == 0) return 4.0 * h * h;
+    if (multi_head) return 2 * h * query_width() + 2 * h * key_value_width();
+    const double rq = static_cast<double>(q_rank), rkv = static_cast<double>(kv_rank);
+    const double dr = static_cast<double>(rope_dim);
+    const double q_proj = q_rank > 0 ? h * rq + rq * query_width() : h * query_width();
+    const double kv_proj = is_latent_attention() ? h * (rkv + dr) + rkv * heads * (head_width() - dr + value_head_width())
+                                                 : h * (key_value_width() + value_width());
+    return q_proj + kv_proj + h * output_width();
+  }
+  /// Parameters of the attentions of a block: the self-attention's, twice with a cross-attention.
+  constexpr double attention_parameters() const noexcept {
+    const double self = self_attention_parameters();
     return cross_attention_tokens > 0 ? 2 * self : self;
   }
   /// Parameters of the routed experts of a block: E m h f_e (0 for a dense model).
@@ -81,26 +122,46 @@ struct transformer_spec {
   }
   /// Parameters a token passes through in a block (the linear FLOPs per token are twice this):
   /// P_b for a dense model without cross-attention; MoE counts k_e + S experts and the router;
-  /// a cross-attention counts its query and output projections (2 h q; its keys and values are
-  /// the c text tokens', priced in A).
+  /// a cross-attention counts its query and output projections (its keys and values are the c
+  /// text tokens', priced in A). A MoE stack's dense blocks: `dense_active_block_parameters`.
   constexpr double active_block_parameters() const noexcept {
     if (!is_moe() && cross_attention_tokens == 0) return block_parameters();
     const double h = static_cast<double>(hidden);
     double p = attention_parameters();
-    if (cross_attention_tokens > 0) p -= 2 * h * key_value_width();
+    if (cross_attention_tokens > 0) p -= h * (key_value_width() + value_width());
     if (!is_moe()) return p + mlp_parameters();
     return p + (experts_per_token + shared_experts) * mlp_matrices * h * static_cast<double>(expert_width) + h * experts;
   }
+  /// Parameters of one of a MoE stack's dense blocks: its attention and an MLP m h f.
+  constexpr double dense_block_parameters() const noexcept {
+    return attention_parameters() + mlp_matrices * static_cast<double>(hidden) * static_cast<double>(mlp_width);
+  }
+  /// The parameters a token passes through in one of those dense blocks.
+  constexpr double dense_active_block_parameters() const noexcept {
+    const double cross_kv =
+        cross_attention_tokens > 0 ? static_cast<double>(hidden) * (key_value_width() + value_width()) : 0.0;
+    return dense_block_parameters() - cross_kv;
+  }
 
-  /// P_b = 4 h^2 + m h f (dense, no GQA), in general attention_parameters() + mlp_parameters().
+  /// P_b = 4 h^2 + m h f (dense, no GQA), in general attention_parameters() + mlp_parameters():
+  /// a MoE block's in a MoE stack.
   constexpr double block_parameters() const noexcept {
     const double h = static_cast<double>(hidden);
-    if (kv_heads == 0 && head_dim == 0 && cross_attention_tokens == 0 && !is_moe())
+    if (kv_heads == 0 && head_dim == 0 && cross_attention_tokens == 0 && !is_moe() && value_dim == 0 &&
+        !is_latent_attention() && q_rank == 0)
       return 4.0 * h * h + mlp_matrices * h * static_cast<double>(mlp_width);
     return attention_parameters() + mlp_parameters();
   }
-  /// P = L P_b.
-  constexpr double parameters() const noexcept { return blocks * block_parameters(); }
+  /// P = L P_b, or L_d P_b,dense + (L - L_d) P_b with dense blocks in a MoE stack.
+  constexpr double parameters() const noexcept {
+    if (dense_blocks == 0) return blocks * block_parameters();
+    return dense_blocks * dense_block_parameters() + moe_blocks() * block_parameters();
+  }
+  /// L P_act: the parameters a token passes through in all blocks.
+  constexpr double active_parameters() const noexcept {
+    if (dense_blocks == 0) return blocks * active_block_parameters();
+    return dense_blocks * dense_active_block_parameters() + moe_blocks() * active_block_parameters();
+  }
   /// Vocabulary matrices: 1 tied (the LM head is the embedding), 2 untied, 0 without a vocabulary.
   constexpr int vocabulary_matrices() const noexcept { return vocab == 0 ? 0 : tied_embeddings ? 1 : 2; }
   /// P_V = (1 or 2) V h: the embedding and the LM head.
@@ -123,6 +184,15 @@ struct transformer_spec {
     if (vocab == 0) return 0;
     if (loss == loss_kind::full) return 6 * v;
     return 4 * v / static_cast<double>((vocab + hidden - 1) / hidden);
+  }
+  /// 2 (q + o): forward FLOPs of one query-key pair in a block, the scores' 2 d and the values'
+  /// 2 d_v per head (4 q when d_v = d).
+  constexpr double pair_flops() const noexcept { return 2 * (query_width() + output_width()); }
+  /// Query-key pairs of a windowed causal block over n tokens: n^2 / 2 within the window, and
+  /// w n - w^2 / 2 beyond it (each later query attends to w keys).
+  constexpr double windowed_pairs(double n) const noexcept {
+    const double w = static_cast<double>(window);
+    return n <= w ? n * n / 2 : w * n - w * w / 2;
   }
   /// Tokens this model processes for a sample of shape T x S.
   constexpr std::int64_t tokens_of(std::int64_t frames, std::int64_t spatial) const noexcept {
@@ -150,6 +220,11 @@ inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
   if (m.cross_attention_tokens > 0) os << ", cross=" << m.cross_attention_tokens;
   if (m.is_moe())
     os << ", experts=" << m.experts << "x" << m.expert_width << " top" << m.experts_per_token << "+" << m.shared_experts;
+  if (m.dense_blocks > 0) os << ", dense_blocks=" << m.dense_blocks;
+  if (m.value_dim > 0) os << ", value_dim=" << m.value_dim;
+  if (m.q_rank > 0) os << ", q_rank=" << m.q_rank;
+  if (m.kv_rank > 0) os << ", kv_rank=" << m.kv_rank << ", rope_dim=" << m.rope_dim;
+  if (m.window > 0) os << ", window=" << m.window << " in " << m.window_blocks() << " blocks";
   if (m.vocab > 0) os << ", vocab=" << m.vocab << (m.tied_embeddings ? " tied" : "") << ", loss=" << to_string(m.loss);
   return os << "}";
 }
@@ -161,12 +236,20 @@ inline std::string describe(const transformer_spec& m) {
   os << m.blocks << " blocks, width " << m.hidden << ", " << m.heads << " heads";
   if (m.kv_heads > 0) os << " (" << m.kv_heads << " key/value)";
   if (m.head_dim > 0) os << " of " << m.head_dim;
-  if (m.is_moe())
+  if (m.value_dim > 0) os << " (values " << m.value_dim << ")";
+  if (m.is_latent_attention())
+    os << ", latent attention (key/value rank " << m.kv_rank << ", query rank " << m.q_rank << ", rope " << m.rope_dim
+       << ")";
+  if (m.is_moe()) {
     os << ", " << m.experts << " experts of " << m.expert_width << " (top " << m.experts_per_token << ", "
        << m.shared_experts << " shared)";
-  else
+    if (m.dense_blocks > 0)
+      os << " in " << m.moe_blocks() << " blocks, " << m.dense_blocks << " dense of " << m.mlp_width;
+  } else {
     os << ", MLP " << m.mlp_width;
+  }
   os << (m.mlp_matrices == 3 ? " gated" : "") << ", " << to_string(m.attention) << " attention";
+  if (m.window > 0) os << ", window " << m.window << " in " << m.window_blocks() << " of " << m.blocks << " blocks";
   if (m.text_tokens > 0) os << ", " << m.text_tokens << " text tokens";
   if (m.cross_attention_tokens > 0) os << ", cross-attention to " << m.cross_attention_tokens << " text tokens";
   if (m.vocab > 0)
@@ -176,7 +259,7 @@ inline std::string describe(const transformer_spec& m) {
   os.precision(2);
   os << "; " << m.parameters() / 1e9 << "B parameters in blocks";
   if (m.vocab > 0) os << " + " << m.vocabulary_parameters() / 1e9 << "B embedding and head";
-  if (m.is_moe()) os << ", " << m.blocks * m.active_block_parameters() / 1e9 << "B active in blocks";
+  if (m.is_moe()) os << ", " << m.active_parameters() / 1e9 << "B active in blocks";
   return os.str();
 }
 
@@ -208,6 +291,13 @@ transformer_spec to_transformer_spec(const M& m) {
     if constexpr (requires { m.vocab; }) t.vocab = static_cast<std::int64_t>(m.vocab);
     if constexpr (requires { m.tied_embeddings; }) t.tied_embeddings = static_cast<bool>(m.tied_embeddings);
     if constexpr (requires { m.loss; }) t.loss = m.loss;
+    if constexpr (requires { m.window; }) t.window = static_cast<std::int64_t>(m.window);
+    if constexpr (requires { m.windowed_blocks; }) t.windowed_blocks = static_cast<int>(m.windowed_blocks);
+    if constexpr (requires { m.value_dim; }) t.value_dim = static_cast<std::int64_t>(m.value_dim);
+    if constexpr (requires { m.q_rank; }) t.q_rank = static_cast<std::int64_t>(m.q_rank);
+    if constexpr (requires { m.kv_rank; }) t.kv_rank = static_cast<std::int64_t>(m.kv_rank);
+    if constexpr (requires { m.rope_dim; }) t.rope_dim = static_cast<std::int64_t>(m.rope_dim);
+    if constexpr (requires { m.dense_blocks; }) t.dense_blocks = static_cast<int>(m.dense_blocks);
     return t;
   }
 }
@@ -247,6 +337,29 @@ inline void validate(const transformer_spec& m) {
   need(m.vocab >= 0, "vocab = " + std::to_string(m.vocab) + " must not be negative (0 means no vocabulary priced)");
   need(m.vocab > 0 || (!m.tied_embeddings && m.loss == loss_kind::full),
        "tied_embeddings and loss = chunked need a vocabulary (vocab > 0); give vocab or drop them");
+  need(m.window >= 0 && m.windowed_blocks >= 0 && m.windowed_blocks <= m.blocks,
+       "window = " + std::to_string(m.window) +
+           " must not be negative and windowed_blocks = " + std::to_string(m.windowed_blocks) +
+           " must be in [0, blocks = " + std::to_string(m.blocks) + "] (0 means all blocks)");
+  need(m.window > 0 || m.windowed_blocks == 0, "windowed_blocks needs a window (window > 0); give window or drop it");
+  need(m.window == 0 || m.attention == attention_kind::causal,
+       "a window needs causal attention (a sliding window over earlier tokens); got " +
+           std::string(to_string(m.attention)));
+  need(m.value_dim >= 0, "value_dim = " + std::to_string(m.value_dim) + " must not be negative (0 means head_dim)");
+  need(m.q_rank >= 0 && m.kv_rank >= 0 && m.rope_dim >= 0,
+       "q_rank, kv_rank and rope_dim must not be negative (0 means no low-rank projection)");
+  need(m.rope_dim == 0 || (m.kv_rank > 0 && m.rope_dim < m.head_width()),
+       "rope_dim = " + std::to_string(m.rope_dim) +
+           " needs latent attention (kv_rank > 0) and must be below the head width (head_dim = qk_nope_head_dim + "
+           "qk_rope_head_dim)");
+  need(m.kv_rank == 0 || (m.cross_attention_tokens == 0 && m.attention != attention_kind::factorized_2d),
+       "latent attention (kv_rank > 0) needs 1D self-attention only (no cross_attention_tokens, not factorized_2d)");
+  need(m.kv_rank == 0 || m.kv_heads == 0 || m.kv_heads == m.heads,
+       "latent attention (kv_rank > 0) up-projects keys and values for every head; kv_heads = " +
+           std::to_string(m.kv_heads) + " must be 0 or heads = " + std::to_string(m.heads));
+  need(m.dense_blocks >= 0 && (m.dense_blocks == 0 || (m.is_moe() && m.dense_blocks < m.blocks)),
+       "dense_blocks = " + std::to_string(m.dense_blocks) + " needs a MoE model and must be below blocks = " +
+           std::to_string(m.blocks) + " (a model of dense blocks only has experts = 0)");
   need(m.attention != attention_kind::factorized_2d || m.blocks % 2 == 0,
        "factorized_2d needs an even number of blocks (half spatial, half temporal), got " +
            std::to_string(m.blocks));
