@@ -44,8 +44,9 @@ struct diffusers_class {
   std::int64_t cross_attention_tokens;  // text tokens attended through cross-attention
   std::int64_t text_tokens;             // joined to the sequence (joint attention); -1: max_text_seq_length
 };
-inline constexpr std::array<diffusers_class, 3> diffusers_classes{{
+inline constexpr std::array<diffusers_class, 4> diffusers_classes{{
     {"WanTransformer3DModel", 512, 0},             // Wan2.1: umT5 text_len 512 (the original config's)
+    {"WanModel", 512, 0},                          // Wan2.1's original config (its text_len says 512 too)
     {"CogVideoXTransformer3DModel", 0, -1},        // the file's max_text_seq_length (226 for CogVideoX-5b)
     {"HunyuanVideoTransformer3DModel", 0, 256},    // the LLM text encoder's 256 tokens (text_len)
 }};
@@ -162,7 +163,8 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
 
   m.name = text("name");
   if (m.name.empty()) m.name = text("_name_or_path");
-  if (m.name.empty()) m.name = text("model_type");
+  // A transformers model_type names the family; Wan's original one names the task (t2v, i2v).
+  if (m.name.empty() && diffusers == nullptr) m.name = text("model_type");
   if (m.name.empty()) {  // the file's name, or for a model folder's config.json the folder's
     std::filesystem::path at(src);
     if (at.stem() == "config") at = at.parent_path();
@@ -304,6 +306,8 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
     unpriced("num_nextn_predict_layers = " + v + ": the multi-token-prediction layers are not priced");
   if (const std::string v = given("image_dim"); diffusers != nullptr && !v.empty())
     unpriced("image_dim = " + v + ": the image tokens of image-to-video cross-attention are not priced");
+  if (cls == "WanModel" && type != "t2v" && !type.empty())
+    unpriced("model_type = " + type + ": the image tokens of image-to-video cross-attention are not priced");
 
   try {
     validate(m);
