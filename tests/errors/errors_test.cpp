@@ -411,6 +411,22 @@ const std::vector<entry>& catalogue() {
            dcp::validate(m);
          });
        }},
+      {"model-window-without-causal-attention", "invalid_argument", "a window needs causal attention",
+       [] {
+         return lib([] {
+           auto m = dcp::models::wan2_1_14b();
+           m.window = 4096;
+           dcp::validate(m);
+         });
+       }},
+      {"model-dense-blocks-without-experts", "invalid_argument", "dense_blocks = 3 needs a MoE model",
+       [] {
+         return lib([] {
+           auto m = dcp::models::llama3_70b();
+           m.dense_blocks = 3;
+           dcp::validate(m);
+         });
+       }},
       {"tp-not-dividing", "invalid_argument", "tp = 3 must be a power of two dividing gpus_per_node = 8",
        [] {
          return lib([] { dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), {.gpus = 128, .tp = 3}); });

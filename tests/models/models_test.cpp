@@ -45,7 +45,9 @@ namespace {
 
 using dcp::sharding_kind;
 
-bool rel_close(double a, double b, double tol) { return std::abs(a - b) <= tol * std::max({1.0, std::abs(a), std::abs(b)}); }
+bool rel_close(double a, double b, double tol) {
+  return std::abs(a - b) <= tol * std::max({1.0, std::abs(a), std::abs(b)});
+}
 
 // ---- An independent transcription of DESIGN 4.1/4.2, written from the text, for 1D models. ----
 struct reference {
@@ -72,8 +74,9 @@ struct reference {
   double patt() const { return m.cross_attention_tokens ? 2 * pself() : pself(); }
   double pb() const {  // a MoE block's in a MoE stack
     const double h = double(m.hidden);
-    const double mlp = m.experts ? (m.experts + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
-                                 : m.mlp_matrices * h * double(m.mlp_width);
+    const double mlp =
+        m.experts ? (m.experts + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
+                  : m.mlp_matrices * h * double(m.mlp_width);
     return patt() + mlp;
   }
   double pb_dense() const { return patt() + m.mlp_matrices * double(m.hidden) * double(m.mlp_width); }
@@ -85,8 +88,9 @@ struct reference {
   double pact() const {  // a MoE block's, or a dense model's block
     const double h = double(m.hidden);
     double p = patt() - (m.cross_attention_tokens ? h * (hkv() + hkvv()) : 0);
-    p += m.experts ? (m.experts_per_token + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
-                   : m.mlp_matrices * h * double(m.mlp_width);
+    p += m.experts
+             ? (m.experts_per_token + m.shared_experts) * m.mlp_matrices * h * double(m.expert_width) + h * m.experts
+             : m.mlp_matrices * h * double(m.mlp_width);
     return p;
   }
   double Pact() const {
@@ -175,9 +179,9 @@ TEST(ModelPresets, NewPresetsHaveTheirRealDimensions) {
   const auto q = dcp::models::qwen3_30b_a3b();
   EXPECT_EQ(q.query_width(), 4096.0);  // head_dim 128 x 32 heads, wider than h = 2048
   EXPECT_EQ(q.key_value_width(), 512.0);
-  EXPECT_NEAR(q.parameters() / 1e9, 29.9, 0.05);                             // in the blocks
-  EXPECT_NEAR(q.total_parameters() / 1e9, 30.5, 0.05);                       // the card's 30.5B
-  EXPECT_NEAR(q.blocks * q.active_block_parameters() / 1e9, 2.73, 0.01);     // "A3B": 3.3B with embeddings
+  EXPECT_NEAR(q.parameters() / 1e9, 29.9, 0.05);                          // in the blocks
+  EXPECT_NEAR(q.total_parameters() / 1e9, 30.5, 0.05);                    // the card's 30.5B
+  EXPECT_NEAR(q.blocks * q.active_block_parameters() / 1e9, 2.73, 0.01);  // "A3B": 3.3B with embeddings
   const auto w = dcp::models::wan2_1_14b();
   EXPECT_EQ(w.cross_attention_tokens, 512);
   EXPECT_NEAR(w.parameters() / 1e9, 14.0, 0.1);  // 14.05B in the blocks
@@ -223,11 +227,16 @@ struct config_case {
 
 std::vector<config_case> configurations() {
   using dcp::models::preset;
-  return {{preset("llama3-70b"), 128, 8, 1, sharding_kind::zero3}, {preset("llama3-70b"), 64, 4, 1, sharding_kind::zero1},
-          {preset("llama3-70b"), 256, 8, 1, sharding_kind::zero1}, {preset("qwen3-30b-a3b"), 64, 1, 8, sharding_kind::zero1},
-          {preset("qwen3-30b-a3b"), 64, 2, 4, sharding_kind::zero3}, {preset("qwen3-30b-a3b"), 64, 1, 8, sharding_kind::replicated},
-          {preset("wan2.1-14b"), 64, 1, 1, sharding_kind::zero3},   {preset("wan2.1-14b"), 16, 2, 1, sharding_kind::zero1},
-          {preset("llama3-8b"), 16, 2, 1, sharding_kind::replicated}, {preset("llama3-8b"), 8, 1, 1, sharding_kind::zero3}};
+  return {{preset("llama3-70b"), 128, 8, 1, sharding_kind::zero3},
+          {preset("llama3-70b"), 64, 4, 1, sharding_kind::zero1},
+          {preset("llama3-70b"), 256, 8, 1, sharding_kind::zero1},
+          {preset("qwen3-30b-a3b"), 64, 1, 8, sharding_kind::zero1},
+          {preset("qwen3-30b-a3b"), 64, 2, 4, sharding_kind::zero3},
+          {preset("qwen3-30b-a3b"), 64, 1, 8, sharding_kind::replicated},
+          {preset("wan2.1-14b"), 64, 1, 1, sharding_kind::zero3},
+          {preset("wan2.1-14b"), 16, 2, 1, sharding_kind::zero1},
+          {preset("llama3-8b"), 16, 2, 1, sharding_kind::replicated},
+          {preset("llama3-8b"), 8, 1, 1, sharding_kind::zero3}};
 }
 
 // Language models with their vocabularies (DESIGN 4.1): untied and tied, full and chunked loss,
@@ -395,8 +404,9 @@ TEST(ModelFormulas, LayoutValidationNamesTheValue) {
   EXPECT_DCP_ERROR((void)make(llama, 128, 3, 1, sharding_kind::zero3), invalid, "tp = 3");
   auto big_node = dcp::devices::h200();
   big_node.gpus_per_node = 16;
-  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(llama, big_node, {.gpus = 128, .gpus_per_node = 16, .tp = 16, .sharding = sharding_kind::zero3}), invalid,
-                   "kv_heads = 8");
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(
+                       llama, big_node, {.gpus = 128, .gpus_per_node = 16, .tp = 16, .sharding = sharding_kind::zero3}),
+                   invalid, "kv_heads = 8");
   EXPECT_DCP_ERROR((void)make(llama, 128, 8, 2, sharding_kind::zero3), invalid, "ep = 2 needs a MoE model");
   EXPECT_DCP_ERROR((void)make(dcp::models::qwen3_30b_a3b(), 64, 1, 3, sharding_kind::zero1), invalid, "ep = 3");
   EXPECT_DCP_ERROR((void)dcp::sharding_of("zero2"), invalid, "'zero2'");
@@ -498,9 +508,13 @@ TEST(ModelConfig, ReadsTheConfigsOfTheNewPresets) {
   EXPECT_EQ(w, dcp::models::wan2_1_14b());
   // A name given wins; a file path is read too.
   EXPECT_EQ(parse(R"({"name": "mine", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                      "intermediate_size": 256})").name, "mine");
+                      "intermediate_size": 256})")
+                .name,
+            "mine");
   EXPECT_EQ(parse(R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
-                      "hidden_act": "gelu"})").mlp_matrices, 2);
+                      "hidden_act": "gelu"})")
+                .mlp_matrices,
+            2);
 }
 
 TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
@@ -683,6 +697,30 @@ TEST(ModelConfig, PublishedLanguageModelsReadRightAndSayWhatIsNotPriced) {
             7168.0 * 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512.0 * 128 * 256 + 128.0 * 128 * 7168);
 }
 
+// A multimodal file: the language model of its text_config, with Gemma3TextConfig's defaults
+// for what the nested config omits, and the vision encoder said.
+TEST(ModelConfig, NestedTextConfigsReadTheirLanguageModel) {
+  const auto gemma3 = published("gemma-3-4b-it");
+  EXPECT_EQ(gemma3.model.blocks, 34);
+  EXPECT_EQ(gemma3.model.hidden, 2560);
+  EXPECT_EQ(gemma3.model.heads, 8);       // the family default
+  EXPECT_EQ(gemma3.model.kv_heads, 4);    // the family default
+  EXPECT_EQ(gemma3.model.head_dim, 256);  // the family default
+  EXPECT_EQ(gemma3.model.vocab, 262208);  // the family default
+  EXPECT_TRUE(gemma3.model.tied_embeddings);
+  EXPECT_EQ(gemma3.model.window, 1024);
+  EXPECT_EQ(gemma3.model.windowed_blocks, 29);  // all but every sixth block
+  EXPECT_EQ(gemma3.max_positions, 131072);
+  ASSERT_EQ(gemma3.unpriced.size(), 1u);
+  EXPECT_EQ(gemma3.unpriced.front(), "text_config: its language model is priced; vision_config is not");
+  // The Gemma 3 report's 4B: 3,209M non-embedding and 675M embedding parameters (the 417M vision encoder aside).
+  EXPECT_NEAR(gemma3.model.parameters() / 1e9, 3.209, 0.064);
+  EXPECT_NEAR(gemma3.model.vocabulary_parameters() / 1e9, 0.675, 0.0135);
+  // A nested config that omits a field without a known family default names it.
+  EXPECT_DCP_ERROR((void)parse(R"({"text_config": {"hidden_size": 64, "num_hidden_layers": 2}})"),
+                   dcp::errc::parse_error, "num_attention_heads", "text_config");
+}
+
 TEST(ModelConfig, FoldersAndUnknownDiffusersClassesAreClearErrors) {
   // A folder with neither config.json nor transformer/config.json.
   const auto empty = std::filesystem::temp_directory_path() / "dcp-models-test-empty-folder";
@@ -750,7 +788,8 @@ TEST(ModelPlans, EveryPlannerKeepsThePlanLawsOnNewLayouts) {
       }
       const std::span<const dcp::sequence> b(batch);
       const dcp::plan ps[] = {dcp::dcp_planner{}.plan(cost, b), dcp::tune(dcp::bucket_planner{}, cost, b).plan(cost, b),
-                              dcp::tune(dcp::packed_planner{}, cost, b).plan(cost, b), dcp::tune(dcp::dynamic_cp_planner{}, cost, b).plan(cost, b)};
+                              dcp::tune(dcp::packed_planner{}, cost, b).plan(cost, b),
+                              dcp::tune(dcp::dynamic_cp_planner{}, cost, b).plan(cost, b)};
       const double bound = dcp::joint_lower_bound(cost, b);
       for (const auto& p : ps) {
         const auto v = dcp::plan_violations(p, b, cost);

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,6 +61,21 @@ inline constexpr std::array<std::string_view, 17> gated_model_types{
 /// transformers model types whose configs tie the LM head to the embedding when the file does not
 /// say (`tie_word_embeddings` defaults to true there); the other families' default is untied.
 inline constexpr std::array<std::string_view, 4> tied_model_types{"gemma", "gemma2", "gemma3", "gemma3_text"};
+
+/// A nested text_config with its family's defaults for the fields it omits (transformers
+/// writes only what differs from them): Gemma-3's Gemma3TextConfig.
+inline nlohmann::json with_family_defaults(nlohmann::json text) {
+  if (text.value("model_type", std::string()) == "gemma3_text") {
+    const std::pair<const char*, nlohmann::json> defaults[] = {
+        {"vocab_size", 262208},       {"hidden_size", 2304},           {"intermediate_size", 9216},
+        {"num_hidden_layers", 26},    {"num_attention_heads", 8},      {"num_key_value_heads", 4},
+        {"head_dim", 256},            {"sliding_window", 4096},        {"sliding_window_pattern", 6},
+        {"max_position_embeddings", 131072}};
+    for (const auto& [key, value] : defaults)
+      if (!text.contains(key)) text[key] = value;
+  }
+  return text;
+}
 
 /// The layer indices of `field` (a list of integers in [0, L)), empty when absent.
 inline std::vector<int> layer_list(const nlohmann::json& j, const json_reader& r, const char* field, int blocks) {
@@ -127,6 +143,25 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
   const json_reader r("model config '" + src + "': ");
   const auto fail = [&](const std::string& what) { r.fail(what); };
   if (!j.is_object()) fail("not a JSON object");
+  // A multimodal model's file (Gemma-3, Llama-4, Mistral-3) nests its language model in
+  // text_config: that model is read, with the family's defaults for the fields the nested
+  // config omits, and the encoders beside it are said.
+  if (j.contains("text_config") && j.at("text_config").is_object() && !j.contains("num_hidden_layers") &&
+      !j.contains("hidden_size")) {
+    nlohmann::json text = detail::with_family_defaults(j.at("text_config"));
+    for (const char* outer : {"name", "_name_or_path", "tie_word_embeddings"})
+      if (j.contains(outer) && !text.contains(outer)) text[outer] = j.at(outer);
+    model_config out = read_config_json(text, src + " text_config");
+    std::string others;
+    int count = 0;
+    for (const auto& [key, value] : j.items())
+      if (key != "text_config" && key.size() > 7 && key.ends_with("_config") && value.is_object())
+        others += (count++ == 0 ? "" : ", ") + key;
+    out.unpriced.insert(out.unpriced.begin(),
+                        "text_config: its language model is priced" +
+                            (count == 0 ? std::string() : "; " + others + (count == 1 ? " is not" : " are not")));
+    return out;
+  }
   // The first of `names` present, as a positive integer; `required` makes its absence an error.
   auto integer = [&](std::initializer_list<const char*> names, bool required, std::int64_t fallback) -> std::int64_t {
     for (const char* n : names) {
