@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// `dcp-train-cpu --calibrate`: plans with online calibration (`scheduler_options::calibration`,
-/// prior: `dcp::fitted_cost` fitted to this machine's profile), measures every micro-step and
+/// prior: `dcp::fitted_cost` fitted to this machine's profile), starts with the start-up probe
+/// (a few steps of the first batch measured before its plan), measures every micro-step and
 /// observes it, and compares four models' predictions on rank 0's micro-steps: the analytic
 /// model (the scaled CPU device), the dual-layer profiled model, the fit to the profile, and the
 /// online-calibrated model.
@@ -91,6 +92,17 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
   std::vector<prediction_row> rows;
   for (int i = 0; i < steps; ++i) {
     const auto batch = sched.sampler().next();
+    if (i == 0) {  // the start-up probe: a few steps of the first batch, measured before its plan
+      const auto p = probe_step(sched, model, data, batch.sequences, fixed_bytes);
+      if (root)
+        std::printf(
+            "start-up probe: %zu micro-steps of the first batch (%zu on rank 0), %.3f ms of CPU time on rank 0\n",
+            p.plan.steps.size(), p.timed.size(), [&] {
+              double ms = 0;
+              for (const auto& ts : p.timed) ms += 1e3 * ts.cpu_s;
+              return ms;
+            }());
+    }
     const auto s = train_step(sched, model, opt, data, batch.sequences);
     const auto& cal = *sched.calibration();  // the model this step's plan was made with
     for (const auto& ts : s.timed) {

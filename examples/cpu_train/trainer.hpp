@@ -185,16 +185,12 @@ struct step_summary {
   std::vector<timed_step> timed;
 };
 
-/// One training step under the scheduler's plan (collective over `sched.world()`).
+/// Runs this rank's micro-steps of `p` forward and backward, adding the gradients into `g` (the
+/// model's parameter count) and returning the summed loss; each step is measured into `out`.
 template <class T, class Scheduler>
-step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<T>& opt, const synthetic_data& data,
-                        std::span<const dcp::sequence> batch, recompute_mode mode = recompute_mode::plan) {
-  step_summary out;
-  out.plan = sched.plan(batch);
-  sched.verify(out.plan);
-  auto steps = sched.steps_for(out.plan);
-  const std::size_t n = model.params().size();
-  std::vector<T> g(n + 1, T(0));  // gradients, then the loss: one all-reduce
+T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_data& data, const dcp::plan& p,
+                  recompute_mode mode, std::span<T> g, step_summary& out) {
+  auto steps = sched.steps_for(p);
   T loss = 0;
   const int L = model.config().blocks, cost_L = sched.cost().blocks();
   for (const auto& st : steps) {
@@ -218,12 +214,41 @@ step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<
     {
       dcp::memory_scope scope(counter);
       t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();
-      loss += model.forward_backward(shard, comm, k, std::span<T>(g).first(n), ring);
+      loss += model.forward_backward(shard, comm, k, g, ring);
     }
     out.timed.push_back({st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                          thread_cpu_seconds() - cpu0, double(counter.peak_bytes())});
   }
-  out.micro_steps = steps.size();
+  out.micro_steps += steps.size();
+  return loss;
+}
+
+/// The start-up probe (calibration on, before the first plan; DESIGN 9.2): this rank's probe
+/// micro-steps of the first batch run forward and backward, their gradients discarded and no
+/// optimizer step, each observed with its CPU time and peak (`static_bytes` plus the activation
+/// peak). The next `sched.plan` learns from them.
+template <class T, class Scheduler>
+step_summary probe_step(Scheduler& sched, tiny_transformer<T>& model, const synthetic_data& data,
+                        std::span<const dcp::sequence> batch, double static_bytes) {
+  step_summary out;
+  out.plan = sched.probe(batch);
+  sched.verify(out.plan);
+  std::vector<T> discarded(model.params().size(), T(0));
+  (void)run_micro_steps(sched, model, data, out.plan, recompute_mode::plan, std::span<T>(discarded), out);
+  for (const auto& ts : out.timed) sched.observe(ts.index, ts.cpu_s, static_bytes + ts.activation_bytes);
+  return out;
+}
+
+/// One training step under the scheduler's plan (collective over `sched.world()`).
+template <class T, class Scheduler>
+step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<T>& opt, const synthetic_data& data,
+                        std::span<const dcp::sequence> batch, recompute_mode mode = recompute_mode::plan) {
+  step_summary out;
+  out.plan = sched.plan(batch);
+  sched.verify(out.plan);
+  const std::size_t n = model.params().size();
+  std::vector<T> g(n + 1, T(0));  // gradients, then the loss: one all-reduce
+  const T loss = run_micro_steps(sched, model, data, out.plan, mode, std::span<T>(g).first(n), out);
   g[n] = loss;
   sched.world().all_reduce(std::span<T>(g), dcp::reduce_op::sum);
   opt.step(std::span<T>(model.params()), std::span<const T>(g).first(n));

@@ -8,10 +8,12 @@
 //           [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
-//           [--calibrate] [--frozen t5-xxl,vae3d] [--plan-in FILE]...
+//           [--frozen t5-xxl,vae3d] [--plan-in FILE]...
 //
-// With --truth or --truth-profile every plan is made on the analytic model and executed on the
-// truth clock (DESIGN section 8), and the default methods gain the `oracle` row. --frozen adds
+// With --truth or --truth-profile every plan is executed on the truth clock (DESIGN section 8):
+// the `dcp` row calibrates as a training loop does (the start-up probe, then each batch planned on
+// the model refitted to what ran, DESIGN 9.3), the others plan on the analytic model, and the
+// default methods gain the `dcp-open-loop` row (dcp on the model alone) and the `oracle` row. --frozen adds
 // forward-only networks to every step (cost_sum, DESIGN 9.4) for every method and the truth;
 // --plan-in replays plan files (sim/replay.hpp) as rows of their own, and brings the frozen
 // networks a file records when --frozen is not given. --cluster lays the job out on nodes of
@@ -90,7 +92,6 @@ struct cli_options {
   std::optional<std::string> truth;
   std::string truth_profile;
   std::optional<std::uint64_t> truth_seed;
-  bool calibrate = false;
   std::optional<std::string> frozen;  // nullopt: not given (a --plan-in file may name the networks)
   std::vector<std::string> plan_in;
 };
@@ -178,42 +179,41 @@ method_runs run_methods(const std::vector<std::string>& methods, const Cost& cos
   return out;
 }
 
-// --calibrate: the dcp-calibrated row (sim/calibrated.hpp) joins the runs, and `summary` gets
-// how it and dcp compare with the oracle: tokens/s over the run and over its second half, and
-// out-of-memory steps after the first batch.
+// With a truth: how dcp and dcp-open-loop compare with the oracle (tokens/s over the run and
+// over its second half), their out-of-memory steps (in all and in the first batch), and dcp's
+// start-up probe (seconds on the truth, its share of the run, its steps).
 template <class T>
-void add_calibrated(method_runs& runs, const std::vector<std::string>& methods, const dcp::analytic_cost& cost,
-                    const dcp::contiguous_groups& groups, const std::vector<std::vector<dcp::sequence>>& batches, const dcp::sim::truth<T>& truth,
-                    const dcp::sim::method_settings& settings, dcp::sim::options opt, nlohmann::json& summary) {
-  opt.keep_plans = true;
-  const dcp::planning_context ctx{cost, dcp::selective_recompute{}, groups};
-  auto r = dcp::sim::simulate_calibrated(ctx, std::span<const std::vector<dcp::sequence>>(batches), truth, settings,
-                                         {}, opt);
-  runs.rows.push_back(r.metrics);
-  runs.plans.push_back(std::move(r.plans));
-  runs.executed.push_back(std::move(r.executed));
-  std::vector<std::string> names = methods;
-  names.emplace_back(dcp::sim::calibrated_method);
+nlohmann::json truth_summary(const method_runs& runs, const std::vector<std::string>& methods,
+                             const std::vector<std::vector<dcp::sequence>>& batches, const dcp::sim::truth<T>& truth) {
+  nlohmann::json summary = nlohmann::json::object();
   const auto at = [&](std::string_view m) {
-    const auto it = std::find(names.begin(), names.end(), m);
-    return it == names.end() ? names.size() : std::size_t(it - names.begin());
+    const auto it = std::find(methods.begin(), methods.end(), m);
+    return it == methods.end() ? methods.size() : std::size_t(it - methods.begin());
   };
   const std::size_t oracle = at("oracle"), n = batches.size();
   auto tps = [&](std::size_t i, std::size_t from) {
     return dcp::sim::tokens_per_s(std::span<const dcp::plan>(runs.executed[i]), from, n);
   };
-  for (std::string_view m : {dcp::sim::calibrated_method, std::string_view("dcp")}) {
+  for (std::string_view m : {std::string_view("dcp"), dcp::sim::open_loop_method}) {
     const std::size_t i = at(m);
-    if (i == names.size()) continue;
+    if (i == methods.size() || runs.executed[i].size() != n) continue;
+    const auto& row = runs.rows[i];
     nlohmann::json j;
-    j["oom_steps_after_first_batch"] =
-        dcp::sim::oom_steps(std::span<const dcp::plan>(runs.executed[i]), truth.model, 1, n);
-    if (oracle < names.size()) {
-      j["vs_oracle"] = tps(i, 0) / tps(oracle, 0);
+    j["oom_steps"] = row.oom_steps;
+    j["oom_steps_first_batch"] = dcp::sim::oom_steps(std::span<const dcp::plan>(runs.executed[i]), truth.model, 0, 1);
+    if (oracle < methods.size()) {
+      // Over the run with the probe's time charged: the row's own tokens/s.
+      j["vs_oracle"] = row.tokens_per_s / runs.rows[oracle].tokens_per_s;
       j["vs_oracle_second_half"] = tps(i, n / 2) / tps(oracle, n / 2);
+    }
+    if (row.probe_steps > 0) {
+      j["probe_s"] = row.probe_s;
+      j["probe_share"] = row.probe_s / row.makespan_s;
+      j["probe_steps"] = row.probe_steps;
     }
     summary[std::string(m)] = j;
   }
+  return summary;
 }
 
 int run(const cli_options& o) {
@@ -221,7 +221,7 @@ int run(const cli_options& o) {
   const bool with_truth = o.truth.has_value() || !o.truth_profile.empty();
   std::string method_list = o.methods;
   if (!o.methods_given && !o.cluster.empty()) method_list += "," + std::string(dcp::sim::uniform_method);
-  if (!o.methods_given && with_truth) method_list += ",oracle";
+  if (!o.methods_given && with_truth) method_list += "," + std::string(dcp::sim::open_loop_method) + ",oracle";
   const auto methods = split_methods(method_list, with_truth);
   const dcp::sim::truth_spec spec = dcp::sim::parse_truth_spec(o.truth.value_or(""));
   const std::uint64_t truth_seed = o.truth_seed.value_or(o.seed);
@@ -287,11 +287,6 @@ int run(const cli_options& o) {
   // The networks of --frozen, else those the --plan-in files were written with.
   const auto frozen = dcp::sim::replay_frozen(replays, o.plan_in, frozen_given);
   for (const auto& f : frozen) model_name += " + " + f.name;
-  dcp::check(frozen.empty() || !o.calibrate, dcp::errc::invalid_argument, [&] {
-    return "--calibrate refits the trained model's analytic form, which has no term for " +
-           std::string(o.frozen ? "--frozen networks" : "the frozen networks a --plan-in file records") +
-           "; drop one of them";
-  });
   const auto cost = dcp::make_analytic_cost(model, device,
                                             {.gpus = gpus,
                                              .gpus_per_node = device.gpus_per_node,
@@ -341,10 +336,13 @@ int run(const cli_options& o) {
   header.model_parameters = model.total_parameters();
   header.model_active_parameters = model.blocks * model.active_block_parameters() + model.vocabulary_parameters();
 
+  if (with_truth && !frozen.empty())
+    std::cerr << "dcp-sim: note: the dcp row plans open loop: calibration refits the trained model's analytic "
+                 "form, which has no term for the frozen networks\n";
+  else if (with_truth && !cost.has_fitted_form())
+    std::cerr << "dcp-sim: note: the dcp row plans open loop: calibration refits the form of the dense zero1 model "
+                 "(tp = ep = ring = 1, self-attention, dense MLP), and this job is not one\n";
   const bool views = !o.trace_out.empty() || !o.svg_out.empty();
-  dcp::check(!o.calibrate || with_truth, dcp::errc::invalid_argument, [] {
-    return std::string("--calibrate learns a truth clock; give --truth SPEC or --truth-profile FILE");
-  });
   nlohmann::json calibration;
   dcp::sim::options opt;
   opt.seed = o.seed;
@@ -369,7 +367,6 @@ int run(const cli_options& o) {
     }
     const dcp::sim::replay_job job{cost.model.name, device.name};
     for (std::size_t f = 0; f < replays.size(); ++f) dcp::sim::check_replay(replays[f], o.plan_in[f], pcost, all, job);
-    constexpr bool plain = std::is_same_v<std::decay_t<decltype(pcost)>, dcp::analytic_cost>;
     auto add_replays = [&](const auto* truth) {
       for (std::size_t f = 0; f < replays.size(); ++f) {
         dcp::sim::options ro = opt;
@@ -392,9 +389,8 @@ int run(const cli_options& o) {
       const auto truth = dcp::sim::make_truth(on_truth(std::move(profiled), dcp::cost_scales{}), spec, truth_seed);
       header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
       header.truth_seed = truth_seed;
-      runs = run_methods(methods, pcost, groups, dcp_groups, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
-      if constexpr (plain)
-        if (o.calibrate) add_calibrated(runs, methods, cost, dcp_groups, batches, truth, settings, opt, calibration);
+      runs = run_methods(methods, pcost, groups, dcp_groups, data, batches, settings, opt, keep_first, true, &truth);
+      calibration = truth_summary(runs, methods, batches, truth);
       add_replays(&truth);
     } else if (o.truth) {
       const auto scaled = dcp::sim::make_truth(spec, cost, truth_seed);
@@ -404,9 +400,8 @@ int run(const cli_options& o) {
       truth.validate();
       header.truth = o.truth->empty() ? std::string("(the model itself)") : *o.truth;
       header.truth_seed = truth_seed;
-      runs = run_methods(methods, pcost, groups, dcp_groups, data, batches, settings, opt, keep_first, views || o.calibrate, &truth);
-      if constexpr (plain)
-        if (o.calibrate) add_calibrated(runs, methods, cost, dcp_groups, batches, truth, settings, opt, calibration);
+      runs = run_methods(methods, pcost, groups, dcp_groups, data, batches, settings, opt, keep_first, true, &truth);
+      calibration = truth_summary(runs, methods, batches, truth);
       add_replays(&truth);
     } else {
       using none = dcp::sim::truth<std::decay_t<decltype(pcost)>>;
@@ -436,15 +431,19 @@ int run(const cli_options& o) {
   }
   if (o.json) {
     auto j = dcp::sim::table_json(header, rows);
-    if (o.calibrate) j["calibration"] = calibration;
+    if (with_truth) j["calibration"] = calibration;
     std::cout << j.dump(2) << "\n";
   } else {
     dcp::sim::print_table(std::cout, header, rows);
     for (const auto& [m, c] : calibration.items()) {
-      std::cout << m << ": " << c["oom_steps_after_first_batch"].get<std::int64_t>() << " OOM steps after the first batch";
+      std::cout << m << ": " << c["oom_steps"].get<std::int64_t>() << " OOM steps, "
+                << c["oom_steps_first_batch"].get<std::int64_t>() << " in the first batch";
       if (c.contains("vs_oracle"))
-        std::cout << ", tokens/s " << c["vs_oracle"].get<double>() << " x oracle over the run, "
+        std::cout << "; tokens/s " << c["vs_oracle"].get<double>() << " x oracle over the run, "
                   << c["vs_oracle_second_half"].get<double>() << " x over its second half";
+      if (c.contains("probe_s"))
+        std::cout << "; start-up probe " << c["probe_steps"].get<std::int64_t>() << " steps, "
+                  << c["probe_s"].get<double>() << " s (" << 100 * c["probe_share"].get<double>() << "% of the run)";
       std::cout << "\n";
     }
   }
@@ -520,10 +519,9 @@ int main(int argc, char** argv) {
   app.add_option("--frozen", o.frozen, "forward-only networks every step also runs, priced for every method and "
                                        "the truth (cost_sum): comma-separated t5-xxl, vae3d; default: those a "
                                        "--plan-in file records, else none");
-  app.add_option("--plan-in", o.plan_in, "replay a plan JSON (dcp.plan, e.g. from --plan-out of the same run) "
-                                         "as a row of its own, checked against this run; repeatable");
-  app.add_flag("--calibrate", o.calibrate, "add the dcp-calibrated row: dcp planning each batch on the model refitted "
-                                           "to the previous batches' steps as they ran on the truth");
+  app.add_option("--plan-in", o.plan_in,
+                 "replay a plan JSON (dcp.plan, e.g. from --plan-out of the same run) "
+                 "as a row of its own, checked against this run; repeatable");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

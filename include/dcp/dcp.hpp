@@ -56,6 +56,7 @@
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
+#include <dcp/plan/probe.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/policies.hpp>
 #include <dcp/profile/memory_counter.hpp>

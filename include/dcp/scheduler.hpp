@@ -51,6 +51,7 @@
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/planning_context.hpp>
+#include <dcp/plan/probe.hpp>
 #include <dcp/policies.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/sequence.hpp>
@@ -258,10 +259,38 @@ class scheduler {
     auto planner = policies_.planner;
     if constexpr (requires { planner.speeds = calib_->speeds(); }) planner.speeds = calib_->speeds();
     dcp::plan p = planner.plan(context(calib_->model()), batch);
-    last_ = p;
-    slot_of_.assign(p.steps.size() + 1, 0);
-    for (std::size_t i = 0; i < p.steps.size(); ++i) slot_of_[i + 1] = slot_of_[i] + std::size_t(p.steps[i].sp());
-    observed_.assign(3 * slot_of_.back(), 0.0);
+    planned_ = true;
+    expect_observations(p);
+    return p;
+  }
+
+  /// The start-up probe (DESIGN section 9.2; calibration on, before the first plan): a few
+  /// micro-steps of `batch`, the first global batch, chosen where its plan will be tight
+  /// (`probe_plan`, within `calibration.probe.budget` of its predicted time). Pure and the same
+  /// on every rank, like `plan`. Run this rank's `steps_for(probe)` forward and backward with
+  /// the gradients discarded (no optimizer step; the steps carry no loss weight), `observe` each,
+  /// then `plan(batch)`: its exchange carries the probe's measurements, and the first plan is
+  /// made on the model and memory margin they give. Throws `dcp::error` (invalid_argument) with
+  /// calibration or its probe off, or once the run has probed or planned.
+  dcp::plan probe(std::span<const sequence> batch) const {
+    check(calib_.has_value() && options_.calibration.probe.enabled, errc::invalid_argument, [] {
+      return std::string(
+          "scheduler::probe: calibration or its probe is off; set scheduler_options::calibration."
+          "enabled (and calibration.probe.enabled)");
+    });
+    check(!planned_ && !probed_, errc::invalid_argument, [&] {
+      return std::string("scheduler::probe: the run has ") + (planned_ ? "planned" : "probed") +
+             " already; probe once, before the first plan";
+    });
+    // The batch as the prior would plan it with the probe's headroom; a sequence that fits only
+    // closer to capacity is not probed.
+    fitted_cost roomy = calib_->model();
+    roomy.memory_margin = options_.calibration.probe.headroom;
+    auto planner = policies_.planner;
+    if constexpr (skipping_planner<planner_type>) planner.on_infeasible = infeasible_policy::skip;
+    dcp::plan p = probe_plan(planner.plan(context(roomy), batch), calib_->model(), options_.calibration.probe);
+    probed_ = true;
+    expect_observations(p);
     return p;
   }
 
@@ -455,6 +484,14 @@ class scheduler {
     slot[0] = 1, slot[1] = seconds, slot[2] = peak_bytes;
   }
 
+  // `p` is the plan observations refer to from now on, with an empty slot per (step, member).
+  void expect_observations(const dcp::plan& p) const {
+    last_ = p;
+    slot_of_.assign(p.steps.size() + 1, 0);
+    for (std::size_t i = 0; i < p.steps.size(); ++i) slot_of_[i + 1] = slot_of_[i] + std::size_t(p.steps[i].sp());
+    observed_.assign(3 * slot_of_.back(), 0.0);
+  }
+
   // One all-reduce over `host` of the (step, member) slots of the last plan: each rank fills
   // only its own (by world rank), so the sum is every rank's reports, in plan order on every
   // rank, whatever order they came in and however `host` orders the ranks (x + 0 is exact).
@@ -516,7 +553,8 @@ class scheduler {
   std::optional<token_budget_sampler> sampler_;
   // Calibration (plan() stays const: like verify(), it is collective when calibration is on).
   mutable std::optional<calibrator> calib_;
-  mutable std::optional<dcp::plan> last_;    // the plan observations refer to
+  mutable std::optional<dcp::plan> last_;          // the plan observations refer to (or the probe)
+  mutable bool planned_ = false, probed_ = false;  // the probe comes once, before the first plan
   mutable std::vector<std::size_t> slot_of_;  // first (step, member) slot of each step
   mutable std::vector<double> observed_;      // per slot: reported, seconds, peak bytes
 };

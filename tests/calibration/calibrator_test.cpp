@@ -2,16 +2,18 @@
 // their own busy time or the gang's), noise never marking a GPU slow, recent steps outweighing
 // old ones when the clock drifts, and the memory margin following measured peaks below and
 // above the model.
-#include "calibration_test_support.hpp"
-
-#include <gtest/gtest.h>
-
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include <dcp/cost/calibration.hpp>
+
+#include "calibration_test_support.hpp"
 
 namespace {
 
@@ -176,6 +178,49 @@ TEST(calibrator, memory_margin_tightens_below_the_prediction_and_widens_above) {
   const double wide = margin_with([](std::size_t i, double b) { return b * (i % 3 == 0 ? 1.12 : i % 3 == 1 ? 0.97 : 1.0); });
   EXPECT_GT(wide, 0.05);
   EXPECT_LT(wide, 0.15);
+}
+
+// The margin is the worst excess plus its uncertainty: with fewer than three peaks the initial
+// margin stands on top of the worst; from three on, two standard errors of the excess, which
+// shrink as peaks agree; it never drops below the worst excess measured.
+TEST(calibrator, memory_margin_is_the_worst_excess_plus_its_uncertainty) {
+  const auto p = calib_test::prior(8);
+  rng g(77);
+  const auto steps = calib_test::observe_on(p, 60, g);
+  // The margin after `count` steps, and the formula recomputed here from the refitted model.
+  auto margins = [&](std::size_t count, auto peak_of) {
+    dcp::calibrator c(p, {.enabled = true, .memory_margin = 0.05});
+    std::vector<double> excess;
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto& o = steps[i];
+      c.add({o.load,
+             {0, o.sp},
+             o.checkpointed_blocks,
+             std::vector<double>(std::size_t(o.sp), o.seconds),
+             std::vector<double>(std::size_t(o.sp), peak_of(i, o.peak_bytes))});
+    }
+    c.refit();
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto& o = steps[i];
+      excess.push_back(peak_of(i, o.peak_bytes) / c.model().memory(o.load, o.sp, o.checkpointed_blocks) - 1);
+    }
+    double worst = -1, mean = 0, var = 0;
+    for (double e : excess) worst = std::max(worst, e), mean += e / double(count);
+    for (double e : excess) var += (e - mean) * (e - mean) / double(count - 1);
+    const double uncertainty = count < 3 ? 0.05 : 2 * std::sqrt(var) / std::sqrt(double(count));
+    return std::pair{c.model().memory_margin, std::max(0.01, worst + uncertainty)};
+  };
+  auto exact = [](std::size_t, double b) { return b; };
+  EXPECT_NEAR(margins(1, exact).first, 0.05, 1e-6);  // one peak: the initial margin on top of it
+  EXPECT_NEAR(margins(2, exact).first, 0.05, 1e-6);
+  EXPECT_NEAR(margins(3, exact).first, 0.01, 1e-6);  // three that agree: the floor
+  // Scattered peaks: the worst excess over the fit plus two standard errors of the excess.
+  auto scattered = [](std::size_t i, double b) { return b * (1 + 0.04 * double(i % 5) / 4); };
+  for (std::size_t count : {5, 12, 60}) {
+    const auto [margin, formula] = margins(count, scattered);
+    EXPECT_NEAR(margin, formula, 1e-9) << count << " peaks";
+    EXPECT_GT(margin, 0.01) << count << " peaks";
+  }
 }
 
 }  // namespace

@@ -2,20 +2,21 @@
 // plan whatever order it observed its steps in, including when a rank reports nothing; the model
 // learns the truth and a slow rank's speed; bad observations are clear errors; the calibrator
 // rejects bad steps.
-#include "calibration_test_support.hpp"
-
-#include <dcp_test/support.hpp>
-#include <gtest/gtest.h>
-
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include <dcp/comm/local.hpp>
 #include <dcp/cost/calibration.hpp>
 #include <dcp/error.hpp>
 #include <dcp/scheduler.hpp>
+
+#include "calibration_test_support.hpp"
+#include <dcp_test/support.hpp>
 
 namespace {
 
@@ -75,6 +76,52 @@ TEST_P(calibrated_ranks, plans_agree_on_every_rank_and_learn_the_truth) {
         EXPECT_GT(c.speeds()[std::size_t(r)], 0.9) << "rank " << r;
       }
   }
+}
+
+// The start-up probe through the scheduler: the same probe on every rank, steps of the first
+// batch only, each rank observing its own; the first plan learns from them (time points before
+// any batch ran, the model refitted to the probe's peaks 9% over the prior), and every rank plans
+// it identically. Probing twice, after the first plan, or with calibration off is an error.
+TEST(scheduler_calibration, the_start_up_probe_calibrates_the_first_plan) {
+  constexpr int n = 4;
+  const auto work = batches(2, 41);
+  std::vector<std::vector<std::uint64_t>> hashes(n);
+  std::vector<double> margins(n);
+  dcp::local_world::run(
+      n,
+      [&](dcp::local_comm& world) {
+        dcp::scheduler_options o;
+        o.calibration.enabled = true;
+        dcp::scheduler<dcp::transformer_spec, dcp::local_comm> sched(dcp::models::cogvideox_5b(), world, o);
+        const auto probe = sched.probe(work[0]);
+        sched.verify(probe);
+        EXPECT_EQ(probe.method, "probe");
+        EXPECT_FALSE(probe.steps.empty());
+        for (const auto& st : probe.steps)
+          for (const auto& q : st.sequences) {
+            EXPECT_TRUE(
+                std::any_of(work[0].begin(), work[0].end(), [&](const dcp::sequence& s) { return s.id == q.id; }));
+            EXPECT_EQ(q.loss_weight, 0.0);
+          }
+        EXPECT_DCP_ERROR((void)sched.probe(work[0]), dcp::errc::invalid_argument, "probe once");
+        for (const auto& s : sched.steps_for(probe))
+          sched.observe(s, s.time_s * 1.2, 1.09 * probe.steps[s.index].memory_bytes);
+        const auto first = sched.plan(work[0]);
+        sched.verify(first);
+        EXPECT_GT(sched.calibration()->report().time_points, 0u);
+        margins[std::size_t(world.rank())] = sched.calibration()->model().memory_margin;
+        hashes[std::size_t(world.rank())] = {probe.hash(), first.hash()};
+        EXPECT_DCP_ERROR((void)sched.probe(work[1]), dcp::errc::invalid_argument, "probe once, before the first plan");
+      },
+      world_options);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(hashes[std::size_t(r)], hashes[0]) << "rank " << r;
+  for (double m : margins) EXPECT_EQ(m, margins[0]);
+  EXPECT_GE(margins[0], 0.01);
+  dcp::local_world::run(1, [&](dcp::local_comm& world) {
+    dcp::scheduler<dcp::transformer_spec, dcp::local_comm> off(dcp::models::cogvideox_5b(), world,
+                                                               dcp::scheduler_options{});
+    EXPECT_DCP_ERROR((void)off.probe(work[0]), dcp::errc::invalid_argument, "calibration or its probe is off");
+  });
 }
 
 // plan(batch, host): the exchange runs over a host communicator of the same ranks (here in

@@ -400,10 +400,14 @@ TEST(Execute, OutOfMemoryStepsAreCountedAndChargedARecheckpointedRerun) {
   EXPECT_GT(total, 0) << "dcp packs memory to the model's capacity; 30% more activation memory must overflow";
 
   // The run's metrics count them; the oracle plans on the true memory and never overflows.
-  const auto dcp_run = dcp::sim::run_method("dcp", j.cost, j.data, j.batches, j.settings, truth);
+  const auto dcp_run = dcp::sim::run_method("dcp-open-loop", j.cost, j.data, j.batches, j.settings, truth);
   const auto oracle = dcp::sim::run_method("oracle", j.cost, j.data, j.batches, j.settings, truth);
   EXPECT_EQ(dcp_run.metrics.oom_steps, total);
   EXPECT_EQ(oracle.metrics.oom_steps, 0);
+  // Calibrated dcp (the dcp row on a truth) learns the memory from its probe: no overflow at all.
+  const auto calibrated = dcp::sim::run_method("dcp", j.cost, j.data, j.batches, j.settings, truth);
+  EXPECT_EQ(calibrated.metrics.oom_steps, 0);
+  EXPECT_GT(calibrated.metrics.probe_steps, 0);
 }
 
 TEST(Execute, RejectsAPlanForAnotherJob) {
@@ -467,7 +471,9 @@ TEST(Simulate, IdentityTruthReproducesTheModelsNumbers) {
   const auto truth = dcp::sim::make_truth({}, j.cost, 3);
   for (auto name : dcp::sim::method_names) {
     const auto model = dcp::sim::run_method(name, j.cost, j.data, j.batches, j.settings).metrics;
-    const auto real = dcp::sim::run_method(name, j.cost, j.data, j.batches, j.settings, truth).metrics;
+    // On a truth `dcp` calibrates; the planner alone is `dcp-open-loop`.
+    const auto on_truth = name == "dcp" ? dcp::sim::open_loop_method : name;
+    const auto real = dcp::sim::run_method(on_truth, j.cost, j.data, j.batches, j.settings, truth).metrics;
     EXPECT_EQ(real.makespan_s, model.makespan_s) << name;
     EXPECT_EQ(real.tokens_per_s, model.tokens_per_s) << name;
     EXPECT_EQ(real.lower_bound_s, model.lower_bound_s) << name;
@@ -482,6 +488,14 @@ TEST(Simulate, IdentityTruthReproducesTheModelsNumbers) {
   const auto oracle = dcp::sim::run_method("oracle", j.cost, j.data, j.batches, j.settings, truth).metrics;
   EXPECT_EQ(oracle.makespan_s, dcp_run.makespan_s);
   EXPECT_THROW(dcp::sim::validate_method("oracle"), dcp::error);
+  EXPECT_THROW(dcp::sim::validate_method("dcp-open-loop"), dcp::error);
+  // Calibrated dcp on the model itself: the probe's cost and a margin of at least 1% over the
+  // open-loop planner's, every token planned, nothing over memory.
+  const auto calibrated = dcp::sim::run_method("dcp", j.cost, j.data, j.batches, j.settings, truth).metrics;
+  EXPECT_EQ(calibrated.tokens, dcp_run.tokens);
+  EXPECT_EQ(calibrated.oom_steps, 0);
+  EXPECT_GT(calibrated.probe_s, 0.0);
+  EXPECT_LT(calibrated.makespan_s - calibrated.probe_s, 1.03 * dcp_run.makespan_s) << calibrated.probe_s;
 }
 
 // --- straggler-aware planning -----------------------------------------------------------------

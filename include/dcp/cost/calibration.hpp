@@ -8,8 +8,9 @@
 ///     relative to the median GPU, beyond a tolerance and significantly (`speed_confidence`
 ///     standard errors), gets speed < 1 (a gang step is charged to the member that set its
 ///     time, see `learn_speeds`);
-///   - a memory margin: the largest relative excess of a measured peak over the fit, never below
-///     `min_memory_margin` (before any peak is measured: `memory_margin`).
+///   - a memory margin: the largest relative excess of a measured peak over the fit plus its
+///     uncertainty (`margin`), never below `min_memory_margin` (before any peak is measured:
+///     `memory_margin`).
 /// Recent steps count more: a step's weight halves every `half_life` refits after it was added.
 /// A pure function of the steps in the window, the order they were added and the refits between:
 /// ranks that add the same steps in the same order and refit at the same points get bit-identical
@@ -19,7 +20,7 @@
 /// is then one clock for every device, and the learned speeds are what a GPU runs below its own
 /// node's speed (the planner multiplies the two, `job_speeds`). The margin is one ratio over the
 /// fitted memory, which does not depend on the device; each block keeps its own capacity.
-/// The scheduler (`scheduler_options::calibration`) and `dcp-sim --calibrate` use it.
+/// The scheduler (`scheduler_options::calibration`) and dcp-sim's `dcp` row on a truth use it.
 
 #include <algorithm>
 #include <cmath>
@@ -38,7 +39,34 @@
 
 namespace dcp {
 
-/// Calibration settings (a scheduler option, and `dcp-sim --calibrate`).
+/// The start-up probe (DESIGN section 9.2): before the first plan, a few micro-steps of the first
+/// batch are run and measured (forward and backward, gradients discarded), chosen where that plan
+/// will be tight, so that the first plan is made on a model and a margin that measurements back.
+struct probe_options {
+  bool enabled = true;
+  /// The probe's steps together take at most this share of the first batch's predicted time
+  /// (the tightest step of each sp is measured even beyond it).
+  double budget = 0.1;
+  /// The probe's steps are taken from the first batch planned to C / (1 + headroom): safe while
+  /// the prior underestimates memory by less than that.
+  double headroom = 0.25;
+
+  /// Throws `dcp::error` naming the option unless every value is in its domain.
+  void validate() const {
+    check(std::isfinite(budget) && budget > 0 && budget <= 1, errc::invalid_argument, [&] {
+      return "probe_options::budget = " + std::to_string(budget) + " must be in (0, 1] (a share of the first batch)";
+    });
+    check(std::isfinite(headroom) && headroom >= 0 && headroom < 1, errc::invalid_argument,
+          [&] { return "probe_options::headroom = " + std::to_string(headroom) + " must be in [0, 1)"; });
+  }
+  friend bool operator==(const probe_options&, const probe_options&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const probe_options& o) {
+    if (!o.enabled) return os << "probe off";
+    return os << "probe{budget=" << o.budget << ", headroom=" << o.headroom << "}";
+  }
+};
+
+/// Calibration settings (a scheduler option; dcp-sim's `dcp` row on a truth clock).
 struct calibration_options {
   bool enabled = false;             ///< observe steps and replan with the refitted model
   double memory_margin = 0.05;      ///< planning capacity = C / (1 + margin) until peaks are measured
@@ -58,6 +86,8 @@ struct calibration_options {
   /// common factor on the prior's time is fitted (the form's eight constants need more steps to
   /// be determined); 0: always the form.
   std::size_t full_fit_steps = 16;
+  /// The start-up probe: measured steps before the first plan.
+  probe_options probe{};
 
   /// Throws `dcp::error` naming the option unless every value is in its domain.
   void validate() const {
@@ -77,6 +107,7 @@ struct calibration_options {
          "speed_confidence = " + std::to_string(speed_confidence) + " must be finite and not negative");
     need(std::isfinite(half_life) && half_life >= 0,
          "half_life = " + std::to_string(half_life) + " must be finite and not negative (0: no decay)");
+    probe.validate();
   }
   friend bool operator==(const calibration_options&, const calibration_options&) = default;
   friend std::ostream& operator<<(std::ostream& os, const calibration_options& o) {
@@ -85,7 +116,7 @@ struct calibration_options {
     return os << "margin=" << o.memory_margin << ", min_margin=" << o.min_memory_margin
               << ", prior_weight=" << o.prior_weight << ", window=" << o.window << ", learn_speed=" << o.learn_speed
               << ", speed_tolerance=" << o.speed_tolerance << ", speed_confidence=" << o.speed_confidence
-              << ", half_life=" << o.half_life << ", full_fit_steps=" << o.full_fit_steps << "}";
+              << ", half_life=" << o.half_life << ", full_fit_steps=" << o.full_fit_steps << ", " << o.probe << "}";
   }
 };
 
@@ -207,13 +238,7 @@ class calibrator {
     report_.memory_points = std::size_t(model_.residuals.memory_points);
     speeds_.clear();
     if (std::any_of(speed.begin(), speed.end(), [](double v) { return v < 1; })) speeds_ = speed;
-    // Margin: what the measured peaks exceed the fit by, at least the floor.
-    double excess = -1;
-    for (const auto& o : obs)
-      if (o.peak_bytes > 0)
-        excess = std::max(excess, o.peak_bytes / model_.memory(o.load, o.sp, o.checkpointed_blocks) - 1);
-    model_.memory_margin = excess < 0 && report_.memory_points == 0 ? options_.memory_margin
-                                                                    : std::max(options_.min_memory_margin, excess);
+    model_.memory_margin = margin(obs);
     if (model_.coef.static_bytes >= model_.capacity()) model_.memory_margin = options_.min_memory_margin;
   }
 
@@ -249,6 +274,28 @@ class calibrator {
     c.coef.set_time(t);
     c.residuals = residuals_of(c, obs);
     return c;
+  }
+
+  // The planning margin: the worst relative excess of a measured peak over the fit, plus its
+  // uncertainty, two standard errors of the excess (2 s / sqrt(n) over n peaks); with fewer than
+  // three peaks the initial margin stands on top of the worst. At least the floor; before any
+  // peak, the initial margin.
+  double margin(const std::vector<step_observation>& obs) const {
+    double worst = -std::numeric_limits<double>::infinity(), sum = 0, square_sum = 0;
+    std::size_t n = 0;
+    for (const auto& o : obs) {
+      if (!(o.peak_bytes > 0)) continue;
+      const double e = o.peak_bytes / model_.memory(o.load, o.sp, o.checkpointed_blocks) - 1;
+      worst = std::max(worst, e), sum += e, square_sum += e * e, ++n;
+    }
+    if (n == 0) return options_.memory_margin;
+    double uncertainty = options_.memory_margin;
+    if (n >= 3) {
+      const double mean = sum / double(n);
+      const double s = std::sqrt(std::max(0.0, (square_sum - double(n) * mean * mean) / double(n - 1)));
+      uncertainty = 2 * s / std::sqrt(double(n));
+    }
+    return std::max(options_.min_memory_margin, worst + uncertainty);
   }
 
   void note(std::string why) {

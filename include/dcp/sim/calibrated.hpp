@@ -1,17 +1,18 @@
 #pragma once
 /// \file
-/// The `dcp-calibrated` method of `dcp-sim --calibrate` (DESIGN section 9.3): every global batch
-/// is planned by the dcp planner on the model a `calibrator` refitted from the steps of all
-/// earlier batches as they ran on the truth (their true times and memory), with the per-GPU
-/// speeds it learned; the first batch plans on the prior (the planner's analytic model) with the
-/// initial memory margin. What a training loop with `scheduler_options::calibration` does, on the
-/// simulator's truth clock.
+/// dcp as a calibrating training loop runs it, on the simulator's truth clock (DESIGN section
+/// 9.3): the `dcp` row of a comparison on a truth. Before the first batch, the start-up probe
+/// (`plan/probe.hpp`) runs a few steps of that batch on the truth, charged to the run; every
+/// batch is then planned by the dcp planner on the model a `calibrator` refitted from every step
+/// run so far (the probe's included), with the per-GPU speeds and the memory margin it learned.
+/// What a training loop with `scheduler_options::calibration` does.
 ///
 /// An out-of-memory step reports its true peak but no time (it did not run as planned), so it
 /// widens the margin without skewing the time fit.
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,24 +25,41 @@
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/planning_context.hpp>
+#include <dcp/plan/probe.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/execute.hpp>
-#include <dcp/sim/methods.hpp>
 #include <dcp/sim/metrics.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/truth.hpp>
 
 namespace dcp::sim {
 
-/// The name of the calibrated method's row.
-inline constexpr std::string_view calibrated_method = "dcp-calibrated";
+/// The jitter stream of the start-up probe (batches use streams 0, 1, ...).
+inline constexpr std::uint64_t probe_stream = std::numeric_limits<std::uint64_t>::max();
 
-/// Plans every batch on the calibrated model, executes it on `t`, and feeds the executed steps
-/// back (see the file comment). Plan time includes the refit. The prior is `ctx.cost`; every
-/// plan uses `ctx`'s recompute policy and group manager (the refitted models keep the job's
-/// layout, so the manager fits them).
+namespace detail {
+// Adds every step of `e` to `cal` as each member measured it: its true time (none for an
+// out-of-memory step) and its true peak.
+inline void observe_execution(calibrator& cal, const execution& e) {
+  for (std::size_t j = 0; j < e.executed.steps.size(); ++j) {
+    const auto& st = e.executed.steps[j];
+    executed_step x{{}, st.ranks, st.checkpointed_blocks, {}, {}};
+    for (const auto& q : st.sequences) x.load = x.load + cal.model().load_of({q.id, q.frames, q.spatial});
+    const double measured = e.oom[j] ? 0.0 : st.time_s;
+    x.seconds.assign(static_cast<std::size_t>(st.sp()), measured);
+    x.peak_bytes.assign(static_cast<std::size_t>(st.sp()), st.memory_bytes);
+    cal.add(std::move(x));
+  }
+}
+}  // namespace detail
+
+/// Runs the probe (when `copt.probe.enabled`), then plans every batch on the calibrated model,
+/// executes it on `t`, and feeds the executed steps back (see the file comment). Plan time
+/// includes the refit (and, for the first batch, the probe's planning). The prior is `ctx.cost`;
+/// every plan uses `ctx`'s recompute policy and group manager (the refitted models keep the
+/// job's layout, so the manager fits them). The row is named `dcp`.
 template <recompute_policy R, group_manager G, cost_model T>
 truth_run_result simulate_calibrated(const planning_context<analytic_cost, R, G>& ctx,
                                      std::span<const std::vector<sequence>> batches, const truth<T>& t,
@@ -53,28 +71,34 @@ truth_run_result simulate_calibrated(const planning_context<analytic_cost, R, G>
   planner.loss = s.loss;
   planner.on_infeasible = s.on_infeasible;
   truth_run_result out;
-  out.metrics.method = std::string(calibrated_method);
+  out.metrics.method = "dcp";
   out.metrics.gpus = cost.gpus();
   out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
-  detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating " + std::string(calibrated_method));
+  detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating dcp (calibrated)");
   for (std::size_t i = 0; i < batches.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (i > 0) cal.refit();
+    if (i == 0 && copt.probe.enabled) {
+      // The first batch as the prior would plan it with the probe's headroom; a sequence that
+      // fits only closer to capacity is not probed.
+      fitted_cost roomy = cal.model();
+      roomy.memory_margin = copt.probe.headroom;
+      dcp_planner first = planner;
+      first.on_infeasible = infeasible_policy::skip;
+      const plan p = probe_plan(
+          first.plan(planning_context{roomy, ctx.recompute, ctx.groups}, std::span<const sequence>(batches[i])),
+          cal.model(), copt.probe);
+      const execution e = execute(p, t, probe_stream);
+      detail::observe_execution(cal, e);
+      out.metrics.add_probe(e.executed, e.oom_steps);
+    }
+    if (i > 0 || copt.probe.enabled) cal.refit();
     planner.speeds = cal.speeds();
     plan p = planner.plan(planning_context{cal.model(), ctx.recompute, ctx.groups},
                           std::span<const sequence>(batches[i]));
-    p.method = std::string(calibrated_method);
+    p.method = "dcp";
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     execution e = execute(p, t, i);
-    for (std::size_t j = 0; j < e.executed.steps.size(); ++j) {
-      const auto& st = e.executed.steps[j];
-      executed_step x{{}, st.ranks, st.checkpointed_blocks, {}, {}};
-      for (const auto& q : st.sequences) x.load = x.load + cal.model().load_of({q.id, q.frames, q.spatial});
-      const double measured = e.oom[j] ? 0.0 : st.time_s;
-      x.seconds.assign(static_cast<std::size_t>(st.sp()), measured);
-      x.peak_bytes.assign(static_cast<std::size_t>(st.sp()), st.memory_bytes);
-      cal.add(std::move(x));
-    }
+    detail::observe_execution(cal, e);
     out.metrics.add(e.executed, seconds, e.oom_steps);
     if (opt.keep_plans) out.plans.push_back(std::move(p)), out.executed.push_back(std::move(e.executed));
     progress.update(i + 1, batches.size());

@@ -5,7 +5,9 @@
 /// name stands for, tunes it on the dataset when the method is a tuned system (bucket, packed,
 /// dynamic_cp), and hands it to a callable; `run_method` simulates it, on the cost model's clock or
 /// executed on a truth (`sim/execute.hpp`), where `oracle` is also a method: the dcp planner
-/// planning on the truth's deterministic part and speeds. On a cluster of named nodes
+/// planning on the truth's deterministic part and speeds, `dcp` calibrates (the start-up probe,
+/// then each batch on the model refitted to what ran) and `dcp-open-loop` keeps the planner on
+/// the cost model alone. On a cluster of named nodes
 /// `dcp-uniform` is the dcp planner planning as if every node were the weakest (its slowest
 /// speed, its smallest capacity), each plan executed on the cluster as it is: what knowing the
 /// cluster is worth.
@@ -17,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,6 +33,7 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
+#include <dcp/sim/calibrated.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/simulator.hpp>
 #include <dcp/sim/truth.hpp>
@@ -47,6 +51,10 @@ inline constexpr std::array<std::string_view, 6> default_methods{"dcp",    "dcp-
 
 /// The method that plans on the truth itself (a run on a truth only).
 inline constexpr std::string_view oracle_method = "oracle";
+
+/// The dcp planner on the cost model alone, never corrected by what ran (a run on a truth only,
+/// where `dcp` calibrates: `sim/calibrated.hpp`).
+inline constexpr std::string_view open_loop_method = "dcp-open-loop";
 
 /// The dcp planner blind to a mixed cluster (a cluster of named nodes only).
 inline constexpr std::string_view uniform_method = "dcp-uniform";
@@ -68,27 +76,21 @@ inline unit_device weakest_node(const parallel_layout& layout) {
 inline void validate_method(std::string_view name, bool on_truth = false) {
   if (std::find(method_names.begin(), method_names.end(), name) != method_names.end()) return;
   if (name == uniform_method) return;
-  if (name == oracle_method) {
-    check(on_truth, errc::invalid_argument, [] {
-      return std::string("method 'oracle' plans on a truth clock; give --truth SPEC or --truth-profile FILE");
+  if (name == oracle_method || name == open_loop_method) {
+    check(on_truth, errc::invalid_argument, [&] {
+      return std::string(name == oracle_method
+                             ? "method 'oracle' plans on a truth clock"
+                             : "method 'dcp-open-loop' runs on a truth clock (where dcp calibrates)") +
+             "; give --truth SPEC or --truth-profile FILE";
     });
     return;
   }
   std::string list;
   for (auto n : method_names) list += (list.empty() ? "" : ", ") + std::string(n);
   list += ", " + std::string(uniform_method) + " (on a cluster)";
-  if (on_truth) list += ", " + std::string(oracle_method);
+  if (on_truth) list += ", " + std::string(oracle_method) + ", " + std::string(open_loop_method);
   throw error(errc::invalid_argument, "unknown method '" + std::string(name) + "'; use one of " + list);
 }
-
-/// Settings every method shares.
-struct method_settings {
-  loss_normalization loss = loss_normalization::token_mean;
-  infeasible_policy on_infeasible = infeasible_policy::error;
-  std::int64_t global_batch_tokens = 0;  ///< the run's batch budget (bucket and packed tune on it); 0 = 262144 * N
-  std::uint64_t seed = 0;                ///< the run's sampler seed, and bucket's shuffle seed
-  friend bool operator==(const method_settings&, const method_settings&) = default;
-};
 
 /// Calls `f(planner, tune_seconds)` with the planner `name` stands for, tuned in `ctx` on `data`
 /// (the whole dataset) when it is a tuned method (bucket, packed, dynamic_cp). Returns what `f`
@@ -165,10 +167,15 @@ run_result run_method(std::string_view name, const C& cost, std::span<const sequ
   return run_method(name, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, batches, s, opt);
 }
 
-/// Simulates method `name` in `ctx` on `batches`, every plan executed on the truth `t`. `oracle`
-/// is the dcp planner planning on `t.model` with `t.speeds` (the truth without its jitter) and the
-/// context's recompute policy and group manager; every other method plans in `ctx` as it does
-/// without a truth.
+/// Simulates method `name` in `ctx` on `batches`, every plan executed on the truth `t`. `dcp`
+/// calibrates as a training loop with `scheduler_options::calibration` does: the start-up probe,
+/// then every batch planned on the model refitted to what ran (`simulate_calibrated`; an analytic
+/// cost model whose form `fitted_cost` mirrors, `has_fitted_form`; on another `dcp` plans open
+/// loop).
+/// `dcp-open-loop` is the dcp planner on `ctx` alone. `oracle` is the dcp planner planning on
+/// `t.model` with `t.speeds` (the truth without its jitter) and the context's recompute policy
+/// and group manager; every other method (the ablations and the baselines) plans in `ctx` as it
+/// does without a truth.
 template <any_planning_context Ctx, cost_model T>
 truth_run_result run_method(std::string_view name, const Ctx& ctx, std::span<const sequence> data,
                             std::span<const std::vector<sequence>> batches, const method_settings& s,
@@ -196,8 +203,11 @@ truth_run_result run_method(std::string_view name, const Ctx& ctx, std::span<con
     r.metrics.method = std::string(name);
     return r;
   }
+  if constexpr (std::is_same_v<typename Ctx::cost_type, analytic_cost>)
+    if (name == "dcp" && ctx.cost.has_fitted_form()) return simulate_calibrated(ctx, batches, t, s, {}, opt);
   const auto& cost = ctx.cost;
-  return with_method(name, ctx, data, s, [&](const auto& planner, double tune_seconds) {
+  const std::string_view planned_as = name == open_loop_method ? std::string_view("dcp") : name;
+  return with_method(planned_as, ctx, data, s, [&](const auto& planner, double tune_seconds) {
     truth_run_result r = simulate(ctx, planner, batches, t, opt);
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;

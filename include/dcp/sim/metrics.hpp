@@ -76,6 +76,8 @@ struct run_metrics {
   double plan_seconds = 0;      ///< mean wall-clock seconds to plan one batch
   double plan_seconds_max = 0;  ///< the slowest batch to plan
   double tune_seconds = 0;      ///< wall-clock seconds spent tuning before the run (bucket, packed, dynamic_cp)
+  double probe_s = 0;           ///< the start-up probe's seconds on the clock, counted in makespan_s
+  std::int64_t probe_steps = 0;  ///< its micro-steps (not counted in `steps`: they train nothing)
   std::string tuned;            ///< the setting tuning chose, for the report ("" = nothing to show)
   std::vector<double> busy_s;   ///< per GPU: seconds in steps over the run
   std::vector<double> idle_s;   ///< per GPU: makespan_s - busy_s
@@ -116,6 +118,19 @@ struct run_metrics {
         communicator_bytes_per_rank = std::max(communicator_bytes_per_rank, bytes);
       }
     }
+    finish();
+  }
+
+  /// Adds the start-up probe as it ran (`plan/probe.hpp`): its makespan is run time every later
+  /// rate pays for, its steps are busy time, its `oom` steps count; it trains no token.
+  void add_probe(const plan& p, std::int64_t oom = 0) {
+    std::vector<double> busy;
+    const plan_metrics m = measure(p, &busy);
+    gpus = std::max(gpus, p.gpus);
+    if (busy_s.size() < busy.size()) busy_s.resize(busy.size(), 0.0);
+    for (std::size_t r = 0; r < busy.size(); ++r) busy_s[r] += busy[r];
+    probe_s += m.makespan_s, makespan_s += m.makespan_s, probe_steps += m.steps, oom_steps += oom;
+    peak_memory_bytes = std::max(peak_memory_bytes, m.peak_memory_bytes);
     finish();
   }
 

@@ -40,6 +40,15 @@ struct options {
   friend bool operator==(const options&, const options&) = default;
 };
 
+/// Settings every method of a comparison shares.
+struct method_settings {
+  loss_normalization loss = loss_normalization::token_mean;
+  infeasible_policy on_infeasible = infeasible_policy::error;
+  std::int64_t global_batch_tokens = 0;  ///< the run's batch budget (bucket and packed tune on it); 0 = 262144 * N
+  std::uint64_t seed = 0;                ///< the run's sampler seed, and bucket's shuffle seed
+  friend bool operator==(const method_settings&, const method_settings&) = default;
+};
+
 /// The metrics of a run, and its plans when `options::keep_plans` is set.
 struct run_result {
   run_metrics metrics;
