@@ -65,6 +65,7 @@ template <class T, class Comm, class Data>
 void train_calibrated(Comm& world, const model_config& mc, const Data& data, int sequences, int steps,
                       std::int64_t batch_tokens, optimizer_config oc, const dcp::analytic_cost& analytic,
                       const dcp::profiled_cost& profiled, const dcp::fitted_cost& fitted, const std::string& csv = {}) {
+  // Each rank holds the profile's capacity: a step over it is re-run fully checkpointed.
   using policies = dcp::policies<dcp::fitted_cost, dcp::dcp_planner>;
   dcp::scheduler_options o;
   o.device = analytic.device;
@@ -75,6 +76,7 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
   tiny_transformer<T> model(mc);
   optimizer<T> opt(oc, model.params().size());
   const double fixed_bytes = static_bytes<T>(mc);
+  const memory_limit memory{fitted.shape.capacity(), fixed_bytes};
   const bool root = world.rank() == 0;
   std::FILE* out = nullptr;
   if (root && !csv.empty()) {
@@ -93,7 +95,7 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
   for (int i = 0; i < steps; ++i) {
     const auto batch = sched.sampler().next();
     if (i == 0) {  // the start-up probe: a few steps of the first batch, measured before its plan
-      const auto p = probe_step(sched, model, data, batch.sequences, fixed_bytes);
+      const auto p = probe_step(sched, model, data, batch.sequences, memory);
       if (root)
         std::printf(
             "start-up probe: %zu micro-steps of the first batch (%zu on rank 0), %.3f ms of CPU time on rank 0\n",
@@ -103,7 +105,7 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
               return ms;
             }());
     }
-    const auto s = train_step(sched, model, opt, data, batch.sequences);
+    const auto s = train_step(sched, model, opt, data, batch.sequences, recompute_mode::plan, memory);
     const auto& cal = *sched.calibration();  // the model this step's plan was made with
     for (const auto& ts : s.timed) {
       const auto& st = s.plan.steps[ts.index];
@@ -136,10 +138,11 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
                        cal.model().memory_margin);
         }
       }
-      sched.observe(ts.index, ts.cpu_s, peak);
     }
+    observe_steps(sched, s, fixed_bytes);
     if (root) {
-      std::printf("step %3d  loss %.5f  planned with memory margin %.4f, speeds", i, s.loss, cal.model().memory_margin);
+      std::printf("step %3d  loss %.5f  planned with memory margin %.4f, %zu micro-steps out of memory re-run, speeds",
+                  i, s.loss, cal.model().memory_margin, s.recovered);
       for (double v : cal.speeds()) std::printf(" %.3f", v);
       std::printf("%s\n", cal.speeds().empty() ? " all 1" : "");
     }

@@ -165,6 +165,9 @@ inline packed_shard make_shard(const synthetic_data& data, std::span<const segme
 struct timed_step {
   std::size_t index = 0;  ///< in `plan.steps`
   double wall_s = 0, cpu_s = 0, activation_bytes = 0;
+  /// The step ran out of memory on some member (`run_micro_steps`' limit) and was re-run with
+  /// every block checkpointed; the times and peak are the failed attempt's.
+  bool out_of_memory = false;
 };
 
 /// Seconds of CPU time the calling thread has used (each local rank is a thread, each MPI rank
@@ -180,16 +183,27 @@ struct step_summary {
   double loss = 0;
   dcp::plan plan;
   std::size_t micro_steps = 0;        ///< this rank's micro-steps
+  std::size_t recovered = 0;          ///< of which ran out of memory and were re-run fully checkpointed
   std::int64_t recomputed_blocks = 0;  ///< model blocks recomputed by this rank, summed over its micro-steps
   /// This rank's micro-steps as measured around forward+backward.
   std::vector<timed_step> timed;
 };
 
+/// The memory a rank has: `limit_bytes` per rank (0: no limit), of which `static_bytes` hold the
+/// parameters, gradients and optimizer state; a step's peak is those plus its activation peak.
+struct memory_limit {
+  double limit_bytes = 0, static_bytes = 0;
+};
+
 /// Runs this rank's micro-steps of `p` forward and backward, adding the gradients into `g` (the
 /// model's parameter count) and returning the summed loss; each step is measured into `out`.
+/// Under a memory limit a step whose peak exceeds it on any member has run out of memory (the
+/// thread's memory counter sees it; on a device the allocation would fail): every member of the
+/// step learns it in one all-reduce over the step's group, drops what the attempt computed and
+/// re-runs it with every block checkpointed, so the gradient stays exact (DESIGN 9.2).
 template <class T, class Scheduler>
 T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_data& data, const dcp::plan& p,
-                  recompute_mode mode, std::span<T> g, step_summary& out) {
+                  recompute_mode mode, std::span<T> g, step_summary& out, memory_limit memory = {}) {
   auto steps = sched.steps_for(p);
   T loss = 0;
   const int L = model.config().blocks, cost_L = sched.cost().blocks();
@@ -211,44 +225,79 @@ T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_
     // that wait as the step's: in wall time always, and in CPU time under MPI, whose waits poll.
     // The first collective would make it wait anyway, so the barrier moves the wait, not adds one.
     if (st.sp() > 1) st.comm().barrier();
+    if (memory.limit_bytes <= 0) {
+      {
+        dcp::memory_scope scope(counter);
+        t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();
+        loss += model.forward_backward(shard, comm, k, g, ring);
+      }
+      out.timed.push_back({st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                           thread_cpu_seconds() - cpu0, double(counter.peak_bytes())});
+      continue;
+    }
+    // Under a limit the step's gradient is kept apart until every member ran within memory.
+    std::vector<T> own(g.size(), T(0));
+    T step_loss = 0;
     {
       dcp::memory_scope scope(counter);
       t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();
-      loss += model.forward_backward(shard, comm, k, g, ring);
+      step_loss = model.forward_backward(shard, comm, k, std::span<T>(own), ring);
     }
-    out.timed.push_back({st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                         thread_cpu_seconds() - cpu0, double(counter.peak_bytes())});
+    timed_step t{st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 thread_cpu_seconds() - cpu0, double(counter.peak_bytes())};
+    double over[1] = {memory.static_bytes + t.activation_bytes > memory.limit_bytes ? 1.0 : 0.0};
+    if (st.sp() > 1) st.comm().all_reduce(std::span<double>(over), dcp::reduce_op::max);
+    if (over[0] > 0) {
+      t.out_of_memory = true;
+      ++out.recovered;
+      std::fill(own.begin(), own.end(), T(0));
+      out.recomputed_blocks += L - k;
+      step_loss = model.forward_backward(shard, comm, L, std::span<T>(own), ring);
+    }
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] += own[i];
+    loss += step_loss;
+    out.timed.push_back(t);
   }
   out.micro_steps += steps.size();
   return loss;
 }
 
+/// Observes every measured step of `s` (calibration on): its CPU time and peak (the static bytes
+/// plus its activation peak); a step that ran out of memory reports its peak and no time (it did
+/// not run as planned), which widens the next plan's margin.
+template <class Scheduler>
+void observe_steps(Scheduler& sched, const step_summary& s, double static_bytes) {
+  for (const auto& ts : s.timed)
+    sched.observe(ts.index, ts.out_of_memory ? 0.0 : ts.cpu_s, static_bytes + ts.activation_bytes);
+}
+
 /// The start-up probe (calibration on, before the first plan; DESIGN 9.2): this rank's probe
 /// micro-steps of the first batch run forward and backward, their gradients discarded and no
-/// optimizer step, each observed with its CPU time and peak (`static_bytes` plus the activation
-/// peak). The next `sched.plan` learns from them.
+/// optimizer step, each observed. The next `sched.plan` learns from them.
 template <class T, class Scheduler>
 step_summary probe_step(Scheduler& sched, tiny_transformer<T>& model, const synthetic_data& data,
-                        std::span<const dcp::sequence> batch, double static_bytes) {
+                        std::span<const dcp::sequence> batch, memory_limit memory) {
   step_summary out;
   out.plan = sched.probe(batch);
   sched.verify(out.plan);
   std::vector<T> discarded(model.params().size(), T(0));
-  (void)run_micro_steps(sched, model, data, out.plan, recompute_mode::plan, std::span<T>(discarded), out);
-  for (const auto& ts : out.timed) sched.observe(ts.index, ts.cpu_s, static_bytes + ts.activation_bytes);
+  (void)run_micro_steps(sched, model, data, out.plan, recompute_mode::plan, std::span<T>(discarded), out, memory);
+  observe_steps(sched, out, memory.static_bytes);
   return out;
 }
 
 /// One training step under the scheduler's plan (collective over `sched.world()`).
+/// Under a `memory` limit, a step over it is re-run fully checkpointed (`run_micro_steps`).
 template <class T, class Scheduler>
 step_summary train_step(Scheduler& sched, tiny_transformer<T>& model, optimizer<T>& opt, const synthetic_data& data,
-                        std::span<const dcp::sequence> batch, recompute_mode mode = recompute_mode::plan) {
+                        std::span<const dcp::sequence> batch, recompute_mode mode = recompute_mode::plan,
+                        memory_limit memory = {}) {
   step_summary out;
   out.plan = sched.plan(batch);
   sched.verify(out.plan);
   const std::size_t n = model.params().size();
   std::vector<T> g(n + 1, T(0));  // gradients, then the loss: one all-reduce
-  const T loss = run_micro_steps(sched, model, data, out.plan, mode, std::span<T>(g).first(n), out);
+  const T loss = run_micro_steps(sched, model, data, out.plan, mode, std::span<T>(g).first(n), out, memory);
   g[n] = loss;
   sched.world().all_reduce(std::span<T>(g), dcp::reduce_op::sum);
   opt.step(std::span<T>(model.params()), std::span<const T>(g).first(n));

@@ -180,9 +180,9 @@ TEST(calibrator, memory_margin_tightens_below_the_prediction_and_widens_above) {
   EXPECT_LT(wide, 0.15);
 }
 
-// The margin is the worst excess plus its uncertainty: with fewer than three peaks the initial
-// margin stands on top of the worst; from three on, two standard errors of the excess, which
-// shrink as peaks agree; it never drops below the worst excess measured.
+// The margin is the worst excess plus its uncertainty: with fewer than two degrees of freedom
+// left by the memory fit (one factor below 16 peaks) the initial margin stands on top of the
+// worst; from there, two standard errors of the excess; never below the worst excess measured.
 TEST(calibrator, memory_margin_is_the_worst_excess_plus_its_uncertainty) {
   const auto p = calib_test::prior(8);
   rng g(77);
@@ -206,14 +206,32 @@ TEST(calibrator, memory_margin_is_the_worst_excess_plus_its_uncertainty) {
     }
     double worst = -1, mean = 0, var = 0;
     for (double e : excess) worst = std::max(worst, e), mean += e / double(count);
-    for (double e : excess) var += (e - mean) * (e - mean) / double(count - 1);
-    const double uncertainty = count < 3 ? 0.05 : 2 * std::sqrt(var) / std::sqrt(double(count));
+    // p fitted memory terms: one factor below 16 peaks (full_fit_steps), the three from there.
+    const std::size_t p_terms = count < 16 ? 1 : 3;
+    if (count > p_terms)
+      for (double e : excess) var += (e - mean) * (e - mean) / double(count - p_terms);
+    const double uncertainty =
+        count < p_terms + 2 ? 0.05 : 2 * std::sqrt(var) / std::sqrt(double(count - p_terms));
     return std::pair{c.model().memory_margin, std::max(0.01, worst + uncertainty)};
   };
   auto exact = [](std::size_t, double b) { return b; };
   EXPECT_NEAR(margins(1, exact).first, 0.05, 1e-6);  // one peak: the initial margin on top of it
   EXPECT_NEAR(margins(2, exact).first, 0.05, 1e-6);
-  EXPECT_NEAR(margins(3, exact).first, 0.01, 1e-6);  // three that agree: the floor
+  EXPECT_NEAR(margins(3, exact).first, 0.01, 1e-6);  // three that agree with one factor: the floor
+  // Five peaks whose activation bytes are 20% over the prior's: the one factor explains them.
+  {
+    dcp::calibrator c(p, {.enabled = true});
+    for (std::size_t i = 0; i < 5; ++i) {
+      const auto& o = steps[i];
+      const double heavier = p.coef.static_bytes + 1.2 * (o.peak_bytes - p.coef.static_bytes);
+      c.add({o.load, {0, o.sp}, o.checkpointed_blocks, std::vector<double>(std::size_t(o.sp), o.seconds),
+             std::vector<double>(std::size_t(o.sp), heavier)});
+    }
+    c.refit();
+    EXPECT_NEAR(c.model().coef.activation_bytes, 1.2 * p.coef.activation_bytes, 1e-9 * p.coef.activation_bytes);
+    EXPECT_EQ(c.model().coef.static_bytes, p.coef.static_bytes);
+    EXPECT_NEAR(c.model().memory_margin, 0.01, 1e-6);
+  }
   // Scattered peaks: the worst excess over the fit plus two standard errors of the excess.
   auto scattered = [](std::size_t i, double b) { return b * (1 + 0.04 * double(i % 5) / 4); };
   for (std::size_t count : {5, 12, 60}) {

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <span>
+#include <vector>
 #include <mutex>
+#include <numeric>
 #include <string>
 
+#include "../../examples/cpu_train/profile_step.hpp"
 #include "harness.hpp"
 
 namespace {
@@ -254,3 +258,79 @@ struct summary_printer : ::testing::Environment {
 [[maybe_unused]] const auto* const summary = ::testing::AddGlobalTestEnvironment(new summary_printer);
 
 }  // namespace
+
+// Out of memory mid-run (DESIGN 9.2). Calibrated runs whose prior (fitted to this machine's
+// profile, in bytes) is told activations take less memory than they do, so its plans overfill
+// each rank's capacity. Every step over it is re-run fully checkpointed by all its members, and
+// every loss of the run still equals full-batch training to 1e-10; the peaks the failed attempts
+// report refit the memory, so the last batch runs within memory. A prior 15% short overfills the
+// first batch without the start-up probe; with it, the probe's measured peaks set the first
+// plan's margin and no training step runs out of memory.
+TEST(out_of_memory, steps_over_the_limit_rerun_fully_checkpointed_and_stay_exact) {
+  const setup s;
+  constexpr int n = 2;
+  const double capacity = cpu_capacity<double>(s.model, s.fit_tokens);
+  const double fixed = static_bytes<double>(s.model);
+  // Every entry measured (no time budget), so the memory the prior is fitted to is the same each run.
+  const auto table = profile_cpu_model<double>(s.model, s.data, n, capacity, false, s.sequences, 4, 0.0, nullptr,
+                                               thread_cpu_meter{});
+  // The prior's memory is fitted to the profile (bytes, as the trainer measures them); its time
+  // is the analytic model's, and every step reports its planned time: the plans then depend on
+  // memory alone, the same in every run (measured CPU time would move them).
+  const auto analytic = dcp::make_fitted_cost(s.cost(n));
+  auto fitted = dcp::fit_profile(table, analytic);
+  fitted.coef.set_time(analytic.coef.time_array());
+  fitted.shape.device.x_half = analytic.shape.device.x_half;
+  fitted.recompute_ratio = analytic.recompute_ratio;
+  auto observe = [&](auto& sched, const step_summary& st) {
+    for (const auto& ts : st.timed)
+      sched.observe(ts.index, ts.out_of_memory ? 0.0 : st.plan.steps[ts.index].time_s, fixed + ts.activation_bytes);
+  };
+  const auto reference = run_reference<double>(s, n);
+  // Steps re-run per batch, training steps only, when activations are `short_by` x the prior's.
+  auto run = [&](double short_by, bool probe) {
+    SCOPED_TRACE(::testing::Message() << "activations x " << short_by << (probe ? " with" : " without") << " the probe");
+    auto prior = fitted;
+    auto m = prior.coef.memory_array();
+    m[1] *= short_by, m[2] *= short_by;  // activation bytes, with and without checkpointing
+    prior.coef.set_memory(m);
+    std::vector<std::size_t> recovered(std::size_t(s.steps), 0);
+    std::vector<double> losses;
+    dcp::local_world::run(n, [&](dcp::local_comm& world) {
+      auto o = s.options(n);
+      o.calibration.enabled = true;
+      o.calibration.probe.enabled = probe;
+      dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::fitted_cost, dcp::dcp_planner>> sched(
+          s.spec(), world, prior, o);
+      sched.set_dataset(s.dataset());
+      tiny_transformer<double> model(s.model);
+      optimizer<double> opt(s.opt, model.params().size());
+      const memory_limit memory{capacity, fixed};
+      for (int i = 0; i < s.steps; ++i) {
+        const auto batch = sched.sampler().next();
+        if (i == 0 && probe) {
+          step_summary p;
+          p.plan = sched.probe(batch.sequences);
+          std::vector<double> discarded(model.params().size(), 0.0);
+          (void)run_micro_steps(sched, model, s.data, p.plan, recompute_mode::plan, std::span<double>(discarded), p,
+                                memory);
+          observe(sched, p);
+        }
+        const auto st = train_step(sched, model, opt, s.data, batch.sequences, recompute_mode::plan, memory);
+        observe(sched, st);
+        double count[1] = {double(st.recovered)};
+        world.all_reduce(std::span<double>(count), dcp::reduce_op::sum);
+        if (world.rank() == 0) recovered[std::size_t(i)] = std::size_t(count[0]), losses.push_back(st.loss);
+      }
+    });
+    EXPECT_EQ(losses.size(), reference.losses.size());
+    for (std::size_t i = 0; i < losses.size() && i < reference.losses.size(); ++i)
+      EXPECT_LT(relative_difference(losses[i], reference.losses[i]), double_tolerance) << "step " << i;
+    EXPECT_EQ(recovered.back(), 0u);
+    return recovered;
+  };
+  auto total = [](const std::vector<std::size_t>& v) { return std::accumulate(v.begin(), v.end(), std::size_t{0}); };
+  EXPECT_GT(run(0.5, false).front(), 0u) << "no step ran out of memory: the test shows nothing";
+  EXPECT_GT(total(run(0.85, false)), 0u) << "the 15% short prior overfilled nothing: the test shows nothing";
+  EXPECT_EQ(total(run(0.85, true)), 0u) << "a training step ran out of memory after the probe";
+}

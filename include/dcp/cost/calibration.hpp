@@ -10,7 +10,9 @@
 ///     time, see `learn_speeds`);
 ///   - a memory margin: the largest relative excess of a measured peak over the fit plus its
 ///     uncertainty (`margin`), never below `min_memory_margin` (before any peak is measured:
-///     `memory_margin`).
+///     `memory_margin`). Below `full_fit_steps` measured peaks the memory fit is one factor, at
+///     least 1, on the prior's activation bytes (`scale_activation_bytes`), as the time fit is
+///     one factor.
 /// Recent steps count more: a step's weight halves every `half_life` refits after it was added.
 /// A pure function of the steps in the window, the order they were added and the refits between:
 /// ranks that add the same steps in the same order and refit at the same points get bit-identical
@@ -216,7 +218,12 @@ class calibrator {
     double timed = 0;
     for (std::size_t i = 0; i < steps_.size(); ++i) timed += measured[i] > 0 ? weight[i] : 0;
     const bool full = timed >= double(options_.full_fit_steps);
-    const fit_options fo{options_.prior_weight, full, true};
+    // Fewer measured peaks than that: one common factor on the prior's activation bytes (its
+    // three memory terms would pass through a few points and extrapolate anywhere).
+    std::size_t peaks = 0;
+    for (std::size_t i = 0; i < steps_.size(); ++i) peaks += peak[i] > 0;
+    const bool full_memory = peaks >= options_.full_fit_steps;
+    const fit_options fo{options_.prior_weight, full, full_memory};
     std::vector<double> score(static_cast<std::size_t>(n), 0.0);  // learn_speeds' charging order
     std::vector<step_observation> obs;
     // Fit, learn speeds, refit on the corrected times, three times; then a last fit on the final
@@ -232,13 +239,14 @@ class calibrator {
       }
       model_ = fit_cost(prior_, obs, fo);
       if (!full) model_ = scale_time(std::move(model_), obs);
+      if (!full_memory) model_ = scale_activation_bytes(std::move(model_), obs);
       if (pass + 1 < passes) speed = learn_speeds(measured, weight, score);
     }
     report_.time_points = std::size_t(model_.residuals.time_points);
     report_.memory_points = std::size_t(model_.residuals.memory_points);
     speeds_.clear();
     if (std::any_of(speed.begin(), speed.end(), [](double v) { return v < 1; })) speeds_ = speed;
-    model_.memory_margin = margin(obs);
+    model_.memory_margin = margin(obs, full_memory ? fit_coefficients::memory_terms : 1);
     if (model_.coef.static_bytes >= model_.capacity()) model_.memory_margin = options_.min_memory_margin;
   }
 
@@ -276,11 +284,31 @@ class calibrator {
     return c;
   }
 
+  // `c` with its activation and checkpoint bytes times the factor that best explains the measured
+  // peaks beyond the static and loss bytes (least squares in relative terms), never below 1: a
+  // few peaks may show the prior short, but not that every other shape needs less than it says.
+  static fitted_cost scale_activation_bytes(fitted_cost c, const std::vector<step_observation>& obs) {
+    double num = 0, den = 0;
+    for (const auto& o : obs) {
+      if (!(o.peak_bytes > 0)) continue;
+      const auto f = c.memory_features(o.load, o.sp, o.checkpointed_blocks);
+      const double active = f[1] * c.coef.activation_bytes + f[2] * c.coef.checkpoint_bytes;
+      const double rest = f[0] * c.coef.static_bytes + c.loss_excess(o.load, o.sp);
+      const double w = 1 / (o.peak_bytes * o.peak_bytes);
+      num += w * active * (o.peak_bytes - rest), den += w * active * active;
+    }
+    if (!(den > 0) || !(num > den)) return c;
+    c.coef.activation_bytes *= num / den, c.coef.checkpoint_bytes *= num / den;
+    c.residuals = residuals_of(c, obs);
+    return c;
+  }
+
   // The planning margin: the worst relative excess of a measured peak over the fit, plus its
-  // uncertainty, two standard errors of the excess (2 s / sqrt(n) over n peaks); with fewer than
-  // three peaks the initial margin stands on top of the worst. At least the floor; before any
-  // peak, the initial margin.
-  double margin(const std::vector<step_observation>& obs) const {
+  // uncertainty, two standard errors of the excess (2 s / sqrt(n - p) over n peaks, s with the
+  // n - p degrees of freedom the fit of p memory terms leaves); with fewer than two of those the
+  // initial margin stands on top of the worst. At least the floor; before any peak, the initial
+  // margin.
+  double margin(const std::vector<step_observation>& obs, std::size_t fitted_terms) const {
     double worst = -std::numeric_limits<double>::infinity(), sum = 0, square_sum = 0;
     std::size_t n = 0;
     for (const auto& o : obs) {
@@ -290,10 +318,10 @@ class calibrator {
     }
     if (n == 0) return options_.memory_margin;
     double uncertainty = options_.memory_margin;
-    if (n >= 3) {
-      const double mean = sum / double(n);
-      const double s = std::sqrt(std::max(0.0, (square_sum - double(n) * mean * mean) / double(n - 1)));
-      uncertainty = 2 * s / std::sqrt(double(n));
+    if (n >= fitted_terms + 2) {
+      const double dof = double(n - fitted_terms), mean = sum / double(n);
+      const double s = std::sqrt(std::max(0.0, (square_sum - double(n) * mean * mean) / dof));
+      uncertainty = 2 * s / std::sqrt(dof);
     }
     return std::max(options_.min_memory_margin, worst + uncertainty);
   }
