@@ -46,6 +46,7 @@ struct arguments {
   double fit_tokens = 256;
   int threads = 1;
   bool regenerate = false;
+  bool calibrate = false;  // online calibration, starting with the start-up probe
 };
 
 [[noreturn]] void usage(int code) {
@@ -53,11 +54,13 @@ struct arguments {
       "usage: mpirun -np R dcp-train-libtorch [--steps N] [--dtype float|double] [--planner dcp|bucket|packed]\n"
       "         [--lr X] [--weight-decay X] [--hidden H] [--heads A] [--mlp F] [--blocks L]\n"
       "         [--corpus FILE] [--regenerate] [--documents N] [--min-len N] [--max-len N] [--seed S]\n"
-      "         [--global-batch-tokens N] [--fit-tokens N] [--threads T]\n"
+      "         [--global-batch-tokens N] [--fit-tokens N] [--threads T] [--calibrate]\n"
       "--corpus: a tokenised corpus file; rank 0 generates it (--documents, --min-len, --max-len, --seed)\n"
       "          when it does not exist (or always, with --regenerate).\n"
       "--fit-tokens: the planner's device holds this many tokens per rank with nothing checkpointed.\n"
-      "--threads: intra-op threads per rank (default 1: one core per rank).\n");
+      "--threads: intra-op threads per rank (default 1: one core per rank).\n"
+      "--calibrate: plan with online calibration (dcp planner): the start-up probe runs a few micro-steps of the\n"
+      "  first batch before its plan, and every micro-step's wall-clock time refits the clock.\n");
   std::exit(code);
 }
 
@@ -85,6 +88,8 @@ arguments parse(int argc, char** argv) {
     else if (k == "--blocks") a.model.blocks = int(integer());
     else if (k == "--corpus") a.corpus_path = value();
     else if (k == "--regenerate") a.regenerate = true;
+    else if (k == "--calibrate")
+      a.calibrate = true;
     else if (k == "--documents") a.documents = int(integer());
     else if (k == "--min-len") a.min_len = int(integer());
     else if (k == "--max-len") a.max_len = int(integer());
@@ -100,6 +105,11 @@ arguments parse(int argc, char** argv) {
   if (a.dtype != "float" && a.dtype != "double") usage(2);
   if (a.planner != "dcp" && a.planner != "bucket" && a.planner != "packed") usage(2);
   if (a.threads < 1 || a.steps < 1) usage(2);
+  if (a.calibrate && a.planner != "dcp") {
+    std::fprintf(stderr, "dcp-train-libtorch: --calibrate replans with the dcp planner; drop --planner %s\n",
+                 a.planner.c_str());
+    usage(2);
+  }
   return a;
 }
 
@@ -130,6 +140,7 @@ void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, Policie
   o.device = scaled_device(spec, world.size(), a.fit_tokens);
   o.global_batch_tokens = a.batch_tokens;
   o.seed = a.seed;
+  o.calibration.enabled = a.calibrate;
   dcp::scheduler<dcp::transformer_spec, dcp::mpi_comm, Policies> sched(spec, world, o, policies);
   sched.set_dataset(data.dataset());
   auto model = make_gpt(a.model, a.dtype == "double" ? torch::kFloat64 : torch::kFloat32);
@@ -148,10 +159,19 @@ void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, Policie
     world.barrier();  // times the step alone, not a late rank's previous one
     const auto t0 = std::chrono::steady_clock::now();
     const auto batch = sched.sampler().next();
+    if (i == 0 && a.calibrate) {
+      const auto probe = probe_step(sched, *model, data, batch.sequences);
+      if (root)
+        std::printf("start-up probe: %zu micro-steps of the first batch (%.3f s predicted), measured before its plan\n",
+                    probe.steps.size(), probe.makespan_s);
+    }
     const auto s = train_step(sched, *model, opt, data, batch.sequences);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i > 0) total += dt;
     if (root) print_step(i, s, world.size(), dt);
+    if (root && a.calibrate)
+      std::printf("          planned with memory margin %.4f on the calibrated clock (%zu timed micro-steps)\n",
+                  sched.calibration()->model().memory_margin, sched.calibration()->report().time_points);
   }
   if (root && a.steps > 1)
     std::printf("mean step time (steps 1..%d): %.4f s on %d ranks\n", a.steps - 1, total / (a.steps - 1), world.size());

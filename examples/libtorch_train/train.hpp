@@ -12,12 +12,11 @@
 ///   4. the optimizer step, the same on every rank.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include <dcp/comm/shard.hpp>
 #include <dcp/cost/device.hpp>
@@ -28,6 +27,7 @@
 
 #include "corpus.hpp"
 #include "gpt.hpp"
+#include <torch/torch.h>
 
 namespace libtorch_train {
 
@@ -121,7 +121,48 @@ struct step_report {
   std::int64_t recomputed = 0;   ///< blocks this rank recomputed, over its micro-steps
 };
 
-/// One training step under the scheduler's plan (collective over `sched.world()`).
+/// Seconds of wall-clock time since `t0`.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// One micro-step of this rank, forward and backward: its token shard of the packed step, the
+/// forward with the step's group (Ulysses inside autograd) and checkpointed blocks, the loss
+/// weighted as the plan says (not averaged per rank), backward into the parameters' `.grad`.
+/// Returns the (detached) loss.
+template <class Step>
+torch::Tensor micro_step(gpt_impl& model, const corpus& data, const Step& st, torch::Dtype dtype) {
+  const auto mb = make_micro_batch(data, st, dtype);
+  // The cost model prices exactly this model's blocks, so the plan's k applies as it is.
+  const int k = std::min(st.checkpointed_blocks, model.config.blocks);
+  const torch::Tensor logits = model.forward(mb.tokens, mb.positions, mb.context, k);
+  const torch::Tensor token_loss =
+      F::cross_entropy(logits, mb.targets, F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  const torch::Tensor loss = (token_loss * mb.weights).sum();
+  loss.backward();
+  return loss.detach();
+}
+
+/// The start-up probe (calibration on, before the first plan; DESIGN 9.2): this rank's probe
+/// micro-steps of the first batch run forward and backward and are observed (wall-clock time; a
+/// CPU tensor's peak memory is not measured, so the probe calibrates the clock); the gradients
+/// are discarded and no optimizer step follows. Returns the probe plan.
+template <class Scheduler>
+dcp::plan probe_step(Scheduler& sched, gpt_impl& model, const corpus& data, std::span<const dcp::sequence> batch) {
+  const dcp::plan probe = sched.probe(batch);
+  sched.verify(probe);
+  const torch::Dtype dtype = model.parameters().front().scalar_type();
+  for (const auto& st : sched.steps_for(probe)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)micro_step(model, data, st, dtype);
+    sched.observe(st, seconds_since(t0));
+  }
+  model.zero_grad();
+  return probe;
+}
+
+/// One training step under the scheduler's plan (collective over `sched.world()`). With
+/// calibration on, each micro-step is observed with its wall-clock time.
 template <class Scheduler>
 step_report train_step(Scheduler& sched, gpt_impl& model, torch::optim::Optimizer& opt, const corpus& data,
                        std::span<const dcp::sequence> batch) {
@@ -133,16 +174,11 @@ step_report train_step(Scheduler& sched, gpt_impl& model, torch::optim::Optimize
   opt.zero_grad();
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(dtype));
   for (const auto& st : steps) {
-    const auto mb = make_micro_batch(data, st, dtype);
-    // The cost model prices exactly this model's blocks, so the plan's k applies as it is.
-    const int k = std::min(st.checkpointed_blocks, model.config.blocks);
-    const torch::Tensor logits = model.forward(mb.tokens, mb.positions, mb.context, k);
-    const torch::Tensor token_loss =
-        F::cross_entropy(logits, mb.targets, F::CrossEntropyFuncOptions().reduction(torch::kNone));
-    const torch::Tensor loss = (token_loss * mb.weights).sum();  // not averaged per rank
-    loss.backward();
-    loss_sum += loss.detach();
-    r.recomputed += k;
+    const auto t0 = std::chrono::steady_clock::now();
+    const torch::Tensor loss = micro_step(model, data, st, dtype);  // forward and backward
+    if (sched.calibration()) sched.observe(st, seconds_since(t0));  // calibration on: its time
+    loss_sum += loss;
+    r.recomputed += std::min(st.checkpointed_blocks, model.config.blocks);
   }
   r.micro_steps = steps.size();
   r.loss = all_reduce_gradients(sched.world(), model, loss_sum);
