@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <dcp/cost/calibration.hpp>
