@@ -4,6 +4,7 @@
 /// H100 and A100 presets, and `unit_device_of`: a device as a node of a mixed cluster.
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <ostream>
@@ -93,6 +94,8 @@ inline device_spec a100() {
   d.mem_bytes = 80e9;
   return d;
 }
+/// The names `preset` knows.
+inline constexpr std::array<std::string_view, 3> preset_names{"h200", "h100", "a100"};
 /// The preset called `name` (h200, h100, a100); throws a `dcp::error` otherwise.
 inline device_spec preset(std::string_view name) {
   if (name == "h200") return h200();

@@ -1,0 +1,563 @@
+/// \file
+/// `dcp._dcp`: the Python bindings of dcp (nanobind). One translation unit on purpose: the
+/// planners and the simulator are heavy templates, and compiling them once keeps the build short.
+///
+/// Sequences cross the boundary as integer arrays: a 1-D array of lengths (text: T = 1, S = the
+/// length) or an (n, 2) array of (frames, tokens per frame) rows (video); sequence i gets id i.
+/// Planning and simulating run with the GIL released; every planner plans as dcp-sim does, in
+/// `planning_context{cost, selective_recompute{}, contiguous_groups{any}}`, so that the numbers
+/// of `simulate` are dcp-sim's for the same arguments.
+
+#include <cstdint>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/cost/device.hpp>
+#include <dcp/error.hpp>
+#include <dcp/group/contiguous_groups.hpp>
+#include <dcp/model/config.hpp>
+#include <dcp/model/transformer.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/planning_context.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
+#include <dcp/sample/token_budget_sampler.hpp>
+#include <dcp/sequence.hpp>
+#include <dcp/sim/methods.hpp>
+#include <dcp/sim/plan_json.hpp>
+#include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using int_array = nb::ndarray<nb::numpy, std::int64_t>;
+
+template <class T>
+std::string printed(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// The errc's enumerator name: what `dcp.Error.code` holds, so Python code can branch on it.
+const char* errc_name(dcp::errc e) noexcept {
+  switch (e) {
+    case dcp::errc::invalid_argument: return "invalid_argument";
+    case dcp::errc::infeasible: return "infeasible";
+    case dcp::errc::parse_error: return "parse_error";
+    case dcp::errc::io_error: return "io_error";
+    case dcp::errc::mismatch: return "mismatch";
+    case dcp::errc::timeout: return "timeout";
+    case dcp::errc::aborted: return "aborted";
+    case dcp::errc::unsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
+// An int64 numpy array that owns a copy of `values`, shaped `shape`.
+int_array owned_array(std::vector<std::int64_t> values, std::vector<std::size_t> shape) {
+  auto* v = new std::vector<std::int64_t>(std::move(values));
+  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<std::int64_t>*>(p); });
+  return int_array(v->data(), shape.size(), shape.data(), owner);
+}
+
+// `what`'s sequences from a 1-D array of lengths or an (n, 2) array of (frames, spatial) rows;
+// a float array is refused rather than truncated.
+dcp::dataset to_sequences(nb::handle obj, const char* what) {
+  nb::module_ np = nb::module_::import_("numpy");
+  nb::object arr = np.attr("asarray")(obj);
+  const std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
+  const auto ndim = nb::cast<int>(arr.attr("ndim"));
+  const auto size = nb::cast<std::int64_t>(arr.attr("size"));
+  dcp::check(size == 0 || kind == "i" || kind == "u", dcp::errc::invalid_argument, [&] {
+    return std::string(what) + " has dtype " + nb::cast<std::string>(arr.attr("dtype").attr("name")) +
+           "; give integer token counts";
+  });
+  dcp::check(ndim == 1 || (ndim == 2 && nb::cast<std::int64_t>(arr.attr("shape")[1]) == 2), dcp::errc::invalid_argument,
+             [&] {
+               return std::string(what) + " has shape " + nb::cast<std::string>(nb::repr(arr.attr("shape"))) +
+                      "; give a 1-D array of lengths or an (n, 2) array of (frames, tokens per frame)";
+             });
+  arr = np.attr("ascontiguousarray")(arr, "dtype"_a = np.attr("int64"));
+  const auto view = nb::cast<nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>>(arr);
+  const std::int64_t* p = view.data();
+  dcp::dataset out(static_cast<std::size_t>(view.shape(0)));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = ndim == 1 ? dcp::make_sequence(static_cast<std::int64_t>(i), p[i])
+                       : dcp::make_sequence(static_cast<std::int64_t>(i), p[2 * i], p[2 * i + 1]);
+  for (const auto& s : out) dcp::validate(s);
+  return out;
+}
+
+// A model given as a `Model` or a preset name.
+dcp::transformer_spec model_of(nb::handle obj) {
+  if (nb::isinstance<dcp::transformer_spec>(obj)) return nb::cast<dcp::transformer_spec>(obj);
+  if (nb::isinstance<nb::str>(obj)) return dcp::models::preset(nb::cast<std::string>(obj));
+  throw dcp::error(dcp::errc::invalid_argument, "model must be a dcp.Model or a preset name (dcp.model_names()); got " +
+                                                    nb::cast<std::string>(nb::repr(obj)));
+}
+
+dcp::device_spec device_of(nb::handle obj) {
+  if (nb::isinstance<dcp::device_spec>(obj)) return nb::cast<dcp::device_spec>(obj);
+  if (nb::isinstance<nb::str>(obj)) return dcp::devices::preset(nb::cast<std::string>(obj));
+  throw dcp::error(
+      dcp::errc::invalid_argument,
+      "device must be a dcp.Device or a preset name (h200, h100, a100); got " + nb::cast<std::string>(nb::repr(obj)));
+}
+
+// The job as dcp-sim lays it out: G replaces the device's when given (0: the device's).
+dcp::analytic_cost make_cost(nb::handle model, nb::handle device, int gpus, int gpus_per_node, int tp, int ep,
+                             const std::string& sharding, int ring) {
+  dcp::check(gpus_per_node >= 0, dcp::errc::invalid_argument, [&] {
+    return "gpus_per_node = " + std::to_string(gpus_per_node) + " must be positive (0 = the device's)";
+  });
+  auto d = device_of(device);
+  if (gpus_per_node > 0) d.gpus_per_node = gpus_per_node;
+  const int g = d.gpus_per_node;
+  return dcp::make_analytic_cost(
+      model_of(model), std::move(d),
+      dcp::parallel_layout{
+          .gpus = gpus, .gpus_per_node = g, .tp = tp, .ep = ep, .sharding = dcp::sharding_of(sharding), .ring = ring});
+}
+
+// Every group size, as dcp-sim's default `--groups any`.
+dcp::contiguous_groups groups_of(const dcp::analytic_cost& cost) {
+  return {cost.gpus(), cost.gpus_per_node(), dcp::group_sizes::any};
+}
+
+dcp::infeasible_policy infeasible_of(const std::string& name) {
+  dcp::check(name == "error" || name == "skip", dcp::errc::invalid_argument,
+             [&] { return "on_infeasible = '" + name + "' must be error or skip"; });
+  return name == "skip" ? dcp::infeasible_policy::skip : dcp::infeasible_policy::error;
+}
+
+dcp::plan plan_batch(const dcp::analytic_cost& cost, nb::handle lengths, const std::string& method, nb::handle dataset,
+                     std::int64_t global_batch_tokens, std::uint64_t seed, const std::string& on_infeasible) {
+  const dcp::dataset batch = to_sequences(lengths, "lengths");
+  // A baseline tunes its knobs on an epoch of the dataset; without one, on this batch alone.
+  const dcp::dataset data = dataset.is_none() ? batch : to_sequences(dataset, "dataset");
+  dcp::sim::method_settings s;
+  s.global_batch_tokens = global_batch_tokens;
+  s.seed = seed;
+  s.on_infeasible = infeasible_of(on_infeasible);
+  nb::gil_scoped_release unlocked;
+  const dcp::planning_context ctx{cost, dcp::selective_recompute{}, groups_of(cost)};
+  return dcp::sim::with_method(method, ctx, std::span<const dcp::sequence>(data), s,
+                               [&](const auto& planner, double) { return planner.plan(ctx, batch); });
+}
+
+nb::list simulate(nb::handle workload, nb::handle model, nb::handle device, int gpus, int gpus_per_node,
+                  const std::vector<std::string>& methods, std::int64_t global_batch_tokens, std::uint64_t seed, int tp,
+                  int ep, const std::string& sharding, int ring) {
+  // Inputs first, as dcp-sim reads them, so that a typo fails before any work.
+  dcp::check(!methods.empty(), dcp::errc::invalid_argument,
+             [] { return std::string("methods is empty; name at least one"); });
+  for (const auto& m : methods) dcp::sim::validate_method(m);
+  dcp::check(global_batch_tokens >= 0, dcp::errc::invalid_argument, [&] {
+    return "global_batch_tokens = " + std::to_string(global_batch_tokens) + " must be positive (0 = 262144 * GPUs)";
+  });
+  const bool named = nb::isinstance<nb::str>(workload);
+  const std::string name = named ? nb::cast<std::string>(workload) : std::string();
+  nb::object chosen = nb::borrow(model);
+  if (chosen.is_none())
+    chosen = nb::str(named ? std::string(dcp::workloads::default_model(name)).c_str() : "cogvideox-5b");
+  const auto cost = make_cost(chosen, device, gpus, gpus_per_node, tp, ep, sharding, ring);
+  const dcp::dataset data = named ? dcp::workloads::make(name, seed) : to_sequences(workload, "workload");
+
+  std::vector<dcp::sim::run_metrics> rows;
+  {
+    nb::gil_scoped_release unlocked;
+    dcp::sim::method_settings settings;
+    settings.global_batch_tokens = global_batch_tokens;
+    settings.seed = seed;
+    const auto batches = dcp::epoch_batches(cost, data, global_batch_tokens, seed);
+    dcp::sim::options opt;
+    opt.seed = seed;
+    opt.global_batch_tokens = global_batch_tokens;
+    const dcp::planning_context ctx{cost, dcp::selective_recompute{}, groups_of(cost)};
+    for (const auto& m : methods)
+      rows.push_back(dcp::sim::run_method(m, ctx, std::span<const dcp::sequence>(data),
+                                          std::span<const std::vector<dcp::sequence>>(batches), settings, opt)
+                         .metrics);
+  }
+  nb::list out;
+  for (const auto& r : rows) {
+    nb::dict d;
+    d["method"] = r.method;
+    d["tokens_per_s"] = r.tokens_per_s;
+    d["makespan_s"] = r.makespan_s;
+    d["efficiency"] = r.efficiency;
+    d["simple_efficiency"] = r.simple_efficiency;
+    d["imbalance"] = r.imbalance;
+    d["peak_memory_bytes"] = r.peak_memory_bytes;
+    d["plan_seconds"] = r.plan_seconds;
+    d["tune_seconds"] = r.tune_seconds;
+    d["tuned"] = r.tuned;
+    d["batches"] = r.batches;
+    d["sequences"] = r.sequences;
+    d["tokens"] = r.tokens;
+    d["steps"] = r.steps;
+    d["skipped"] = r.skipped;
+    d["communicators_per_rank"] = r.communicators_per_rank;
+    out.append(d);
+  }
+  return out;
+}
+
+// The sampler and the cost that counts its tokens (none: T * S).
+struct sampler {
+  dcp::token_budget_sampler s;
+};
+
+sampler make_sampler(nb::handle lengths, std::int64_t global_batch_tokens, std::uint64_t seed, nb::handle cost) {
+  dcp::dataset data = to_sequences(lengths, "lengths");
+  if (cost.is_none()) return {dcp::token_budget_sampler(std::move(data), global_batch_tokens, seed)};
+  const auto& c = nb::cast<const dcp::analytic_cost&>(cost);
+  if (global_batch_tokens == 0) global_batch_tokens = dcp::default_global_batch_tokens(c.gpus());
+  return {dcp::token_budget_sampler(std::move(data), global_batch_tokens, seed, [c](const dcp::sequence& q) {
+    return c.tokens_of(q);
+  })};  // a copy: the Cost may go
+}
+
+std::int64_t dict_int(const nb::dict& d, const char* key) {
+  dcp::check(d.contains(key), dcp::errc::invalid_argument, [&] {
+    return "sampler state " + nb::cast<std::string>(nb::repr(d)) + " has no '" + key +
+           "'; give the dict Sampler.state() returned";
+  });
+  return nb::cast<std::int64_t>(d[key]);
+}
+
+}  // namespace
+
+NB_MODULE(_dcp, m) {
+  m.doc() = "dcp: Data-Centric Parallel planning (bindings of the C++ library)";
+
+  // dcp.Error: every dcp::error, with its message and `code` (the errc name, or
+  // "<category>:<value>" for MPI, NCCL and CUDA errors).
+  // Held for the process's life: the translator outlives the module object.
+  PyObject* error_type = PyErr_NewExceptionWithDoc("dcp.Error", "An error raised by dcp; `code` names its condition.",
+                                                   PyExc_RuntimeError, nullptr);
+  if (error_type == nullptr) throw nb::python_error();
+  m.attr("Error") = nb::handle(error_type);
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void* type) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const dcp::error& e) {
+          // std::system_error appends ": <condition>"; the condition is in `code` already.
+          std::string msg = e.what();
+          const std::string tail = ": " + e.code().message();
+          if (msg.size() > tail.size() && msg.ends_with(tail)) msg.resize(msg.size() - tail.size());
+          const std::string code =
+              e.code().category() == dcp::dcp_category()
+                  ? errc_name(static_cast<dcp::errc>(e.code().value()))
+                  : std::string(e.code().category().name()) + ":" + std::to_string(e.code().value());
+          PyObject* exc = PyObject_CallFunction(static_cast<PyObject*>(type), "s", msg.c_str());
+          if (exc == nullptr) return;  // the call's own error is set
+          PyObject* c = PyUnicode_FromString(code.c_str());
+          if (c != nullptr) PyObject_SetAttrString(exc, "code", c);
+          Py_XDECREF(c);
+          PyErr_SetObject(static_cast<PyObject*>(type), exc);
+          Py_DECREF(exc);
+        }
+      },
+      error_type);
+
+  // --- models and devices ------------------------------------------------------------------------
+  nb::class_<dcp::transformer_spec>(m, "Model", "A transformer model (dcp::transformer_spec).")
+      .def(
+          "__init__",
+          [](dcp::transformer_spec* self, std::string name, int blocks, std::int64_t hidden, int heads,
+             std::int64_t mlp_width, int mlp_matrices, const std::string& attention, std::int64_t text_tokens,
+             int kv_heads, std::int64_t head_dim, std::int64_t vocab) {
+            dcp::transformer_spec t;
+            t.name = std::move(name);
+            t.blocks = blocks, t.hidden = hidden, t.heads = heads, t.mlp_width = mlp_width;
+            t.mlp_matrices = mlp_matrices, t.text_tokens = text_tokens, t.kv_heads = kv_heads;
+            t.head_dim = head_dim, t.vocab = vocab;
+            if (attention == "full")
+              t.attention = dcp::attention_kind::full;
+            else if (attention == "causal")
+              t.attention = dcp::attention_kind::causal;
+            else if (attention == "factorized_2d")
+              t.attention = dcp::attention_kind::factorized_2d;
+            else
+              throw dcp::error(dcp::errc::invalid_argument,
+                               "attention = '" + attention + "' must be full, causal or factorized_2d");
+            dcp::validate(t);
+            new (self) dcp::transformer_spec(std::move(t));
+          },
+          "name"_a, "blocks"_a, "hidden"_a, "heads"_a, "mlp_width"_a, "mlp_matrices"_a = 2, "attention"_a = "full",
+          "text_tokens"_a = 0, "kv_heads"_a = 0, "head_dim"_a = 0, "vocab"_a = 0)
+      .def_ro("name", &dcp::transformer_spec::name)
+      .def_ro("blocks", &dcp::transformer_spec::blocks)
+      .def_ro("hidden", &dcp::transformer_spec::hidden)
+      .def_ro("heads", &dcp::transformer_spec::heads)
+      .def_ro("mlp_width", &dcp::transformer_spec::mlp_width)
+      .def_ro("mlp_matrices", &dcp::transformer_spec::mlp_matrices)
+      .def_prop_ro("attention", [](const dcp::transformer_spec& t) { return std::string(dcp::to_string(t.attention)); })
+      .def_ro("text_tokens", &dcp::transformer_spec::text_tokens)
+      .def_ro("kv_heads", &dcp::transformer_spec::kv_heads)
+      .def_ro("head_dim", &dcp::transformer_spec::head_dim)
+      .def_ro("cross_attention_tokens", &dcp::transformer_spec::cross_attention_tokens)
+      .def_ro("experts", &dcp::transformer_spec::experts)
+      .def_ro("experts_per_token", &dcp::transformer_spec::experts_per_token)
+      .def_ro("expert_width", &dcp::transformer_spec::expert_width)
+      .def_ro("vocab", &dcp::transformer_spec::vocab)
+      .def_ro("window", &dcp::transformer_spec::window)
+      .def("parameters", &dcp::transformer_spec::parameters, "Parameters of the blocks.")
+      .def("total_parameters", &dcp::transformer_spec::total_parameters, "Blocks plus embedding and head.")
+      .def("active_parameters", &dcp::transformer_spec::active_parameters)
+      .def("describe", [](const dcp::transformer_spec& t) { return dcp::describe(t); })
+      .def("__eq__", [](const dcp::transformer_spec& a, const dcp::transformer_spec& b) { return a == b; })
+      .def("__repr__", &printed<dcp::transformer_spec>);
+
+  m.def(
+      "model_preset", [](const std::string& name) { return dcp::models::preset(name); }, "name"_a,
+      "The model preset `name` (see model_names()).");
+  m.def("model_names", [] {
+    std::vector<std::string> out(dcp::models::preset_names.begin(), dcp::models::preset_names.end());
+    return out;
+  });
+  m.def(
+      "model_from_config",
+      [](const std::filesystem::path& path) {
+        auto read = dcp::models::read_config(path);
+        return std::make_pair(std::move(read.model), std::move(read.unpriced));
+      },
+      "path"_a,
+      "The model of a Hugging Face config.json (or a folder holding one), and a note for each field it does not "
+      "price.");
+
+  nb::class_<dcp::device_spec>(m, "Device", "A GPU and its node (dcp::device_spec).")
+      .def_ro("name", &dcp::device_spec::name)
+      .def_ro("peak", &dcp::device_spec::peak)
+      .def_ro("gpus_per_node", &dcp::device_spec::gpus_per_node)
+      .def_ro("mem_bytes", &dcp::device_spec::mem_bytes)
+      .def_ro("usable", &dcp::device_spec::usable)
+      .def_ro("bw_intra", &dcp::device_spec::bw_intra)
+      .def_ro("bw_inter", &dcp::device_spec::bw_inter)
+      .def("capacity", &dcp::device_spec::capacity, "Bytes per GPU a step may use.")
+      .def("__eq__", [](const dcp::device_spec& a, const dcp::device_spec& b) { return a == b; })
+      .def("__repr__", [](const dcp::device_spec& d) {
+        return "Device(" + d.name + ", " + std::to_string(d.gpus_per_node) + " GPUs per node, " +
+               std::to_string(d.mem_bytes / 1e9) + " GB)";
+      });
+  m.def(
+      "device_preset", [](const std::string& name) { return dcp::devices::preset(name); }, "name"_a);
+  m.def("device_names",
+        [] { return std::vector<std::string>(dcp::devices::preset_names.begin(), dcp::devices::preset_names.end()); });
+
+  // --- the cost model ----------------------------------------------------------------------------
+  nb::class_<dcp::analytic_cost>(m, "Cost", "The analytic cost model of a job (dcp::analytic_cost).")
+      .def(
+          "__init__",
+          [](dcp::analytic_cost* self, nb::handle model, nb::handle device, int gpus, int gpus_per_node, int tp, int ep,
+             const std::string& sharding, int ring) {
+            new (self) dcp::analytic_cost(make_cost(model, device, gpus, gpus_per_node, tp, ep, sharding, ring));
+          },
+          "model"_a, "device"_a = "h200", "gpus"_a = 8, "gpus_per_node"_a = 0, "tp"_a = 1, "ep"_a = 1,
+          "sharding"_a = "zero1", "ring"_a = 1)
+      .def_prop_ro("model", [](const dcp::analytic_cost& c) { return c.model; })
+      .def_prop_ro("device", [](const dcp::analytic_cost& c) { return c.device; })
+      .def_prop_ro("gpus", &dcp::analytic_cost::gpus, "Planner units (GPUs / tp).")
+      .def_prop_ro("gpus_per_node", &dcp::analytic_cost::gpus_per_node, "Planner units per node.")
+      .def_prop_ro("total_gpus", [](const dcp::analytic_cost& c) { return c.layout().gpus; })
+      .def_prop_ro("tp", [](const dcp::analytic_cost& c) { return c.layout().tp; })
+      .def_prop_ro("ep", [](const dcp::analytic_cost& c) { return c.layout().ep; })
+      .def_prop_ro("ring", [](const dcp::analytic_cost& c) { return c.layout().ring; })
+      .def_prop_ro("sharding",
+                   [](const dcp::analytic_cost& c) { return std::string(dcp::to_string(c.layout().sharding)); })
+      .def("capacity", &dcp::analytic_cost::capacity, "Bytes per GPU a step may use.")
+      .def(
+          "tokens_of",
+          [](const dcp::analytic_cost& c, std::int64_t length, std::int64_t frames) {
+            return c.tokens_of(dcp::make_sequence(0, frames, length));
+          },
+          "length"_a, "frames"_a = 1, "Tokens the model sees for a sample of frames x length (plus text tokens).")
+      .def("__repr__", [](const dcp::analytic_cost& c) {
+        const auto& l = c.layout();
+        return "Cost(" + c.model.name + " on " + std::to_string(l.gpus) + " x " + c.device.name + ", " +
+               std::to_string(l.gpus_per_node) + " per node, tp=" + std::to_string(l.tp) +
+               ", ep=" + std::to_string(l.ep) + ", ring=" + std::to_string(l.ring) + ", " + dcp::to_string(l.sharding) +
+               ")";
+      });
+
+  // --- plans -------------------------------------------------------------------------------------
+  nb::class_<dcp::planned_sequence>(m, "PlannedSequence")
+      .def_ro("id", &dcp::planned_sequence::id)
+      .def_ro("tokens", &dcp::planned_sequence::tokens)
+      .def_ro("frames", &dcp::planned_sequence::frames)
+      .def_ro("spatial", &dcp::planned_sequence::spatial)
+      .def_ro("loss_weight", &dcp::planned_sequence::loss_weight)
+      .def("__repr__", [](const dcp::planned_sequence& q) {
+        return "PlannedSequence(id=" + std::to_string(q.id) + ", tokens=" + std::to_string(q.tokens) +
+               ", loss_weight=" + std::to_string(q.loss_weight) + ")";
+      });
+
+  nb::class_<dcp::plan_step>(m, "Step", "One micro-step: sequences run together on ranks [first, first + sp).")
+      .def_prop_ro("first", [](const dcp::plan_step& s) { return s.ranks.first; })
+      .def_prop_ro("sp", &dcp::plan_step::sp)
+      .def_ro("ring", &dcp::plan_step::ring)
+      .def_prop_ro("ulysses", &dcp::plan_step::ulysses)
+      .def_prop_ro(
+          "ranks", [](const dcp::plan_step& s) { return nb::make_tuple(s.ranks.first, s.ranks.end()); },
+          "(first, end): the half-open range of planner units.")
+      .def_ro("checkpointed_blocks", &dcp::plan_step::checkpointed_blocks)
+      .def_ro("start_s", &dcp::plan_step::start_s)
+      .def_ro("time_s", &dcp::plan_step::time_s)
+      .def_prop_ro("end_s", &dcp::plan_step::end_s)
+      .def_ro("memory_bytes", &dcp::plan_step::memory_bytes)
+      .def_ro("round", &dcp::plan_step::round)
+      .def_ro("sequences", &dcp::plan_step::sequences)
+      .def("__repr__", [](const dcp::plan_step& s) {
+        return "Step(ranks=" + printed(s.ranks) + ", sequences=" + std::to_string(s.sequences.size()) +
+               ", start_s=" + std::to_string(s.start_s) + ", time_s=" + std::to_string(s.time_s) + ")";
+      });
+
+  nb::class_<dcp::skipped_sequence>(m, "SkippedSequence")
+      .def_ro("id", &dcp::skipped_sequence::id)
+      .def_ro("tokens", &dcp::skipped_sequence::tokens)
+      .def_ro("reason", &dcp::skipped_sequence::reason);
+
+  nb::class_<dcp::plan>(m, "Plan", "The plan of one global batch (dcp::plan).")
+      .def_ro("method", &dcp::plan::method)
+      .def_ro("gpus", &dcp::plan::gpus)
+      .def_ro("gpus_per_node", &dcp::plan::gpus_per_node)
+      .def_ro("memory_capacity_bytes", &dcp::plan::memory_capacity_bytes)
+      .def_ro("steps", &dcp::plan::steps)
+      .def_ro("makespan_s", &dcp::plan::makespan_s)
+      .def_ro("lower_bound_s", &dcp::plan::lower_bound_s)
+      .def_ro("joint_lower_bound_s", &dcp::plan::joint_lower_bound_s)
+      .def_ro("skipped", &dcp::plan::skipped)
+      .def("efficiency", &dcp::plan::efficiency, "The larger lower bound over the makespan (1 = optimal).")
+      .def("hash", &dcp::plan::hash, "A 64-bit digest every rank can compare.")
+      .def(
+          "violations",
+          [](const dcp::plan& p, const dcp::analytic_cost& cost, nb::handle lengths) {
+            const dcp::dataset batch = to_sequences(lengths, "lengths");
+            return dcp::plan_violations(p, std::span<const dcp::sequence>(batch), cost, groups_of(cost));
+          },
+          "cost"_a, "lengths"_a, "The laws this plan breaks for `lengths` on `cost`; empty for a sound plan.")
+      .def("__eq__", [](const dcp::plan& a, const dcp::plan& b) { return a == b; })
+      .def("__repr__", &printed<dcp::plan>);
+
+  m.def("plan", &plan_batch, "cost"_a, "lengths"_a, "method"_a = "dcp", "dataset"_a = nb::none(),
+        "global_batch_tokens"_a = 0, "seed"_a = 0, "on_infeasible"_a = "error",
+        "Plans one global batch with `method`; bucket, packed and dynamic_cp are tuned on `dataset` (default: the "
+        "batch).");
+  m.def("method_names",
+        [] { return std::vector<std::string>(dcp::sim::method_names.begin(), dcp::sim::method_names.end()); });
+
+  m.def(
+      "plans_to_json",
+      [](const dcp::analytic_cost& cost, const std::vector<dcp::plan>& plans) {
+        // The format records one method per document (every plan reads back with the first's).
+        for (const auto& p : plans)
+          dcp::check(p.method == plans.front().method, dcp::errc::invalid_argument, [&] {
+            return "plans_to_json: a document holds one method's plans, and these mix '" + plans.front().method +
+                   "' with '" + p.method + "'; write one document per method";
+          });
+        std::ostringstream os;
+        dcp::sim::write_plan_json(os, cost, std::span<const dcp::plan>(plans));
+        return os.str();
+      },
+      "cost"_a, "plans"_a, "A dcp.plan/v3 document of one method's plans (what dcp-sim --plan-out writes).");
+  m.def(
+      "plans_from_json",
+      [](const std::string& text) {
+        std::istringstream in(text);
+        return dcp::sim::read_plan_json(in, "plans_from_json").plans;
+      },
+      "text"_a);
+
+  // --- workloads and the simulator ---------------------------------------------------------------
+  m.def("workload_names",
+        [] { return std::vector<std::string>(dcp::workloads::names.begin(), dcp::workloads::names.end()); });
+  m.def(
+      "workload",
+      [](const std::string& name, std::uint64_t seed) {
+        const auto data = dcp::workloads::make(name, seed);
+        std::vector<std::int64_t> v;
+        v.reserve(2 * data.size());
+        for (const auto& s : data) v.push_back(s.frames), v.push_back(s.spatial);
+        return owned_array(std::move(v), {data.size(), 2});
+      },
+      "name"_a, "seed"_a = 0, "The embedded workload `name` as an (n, 2) array of (frames, tokens per frame).");
+  m.def("simulate", &simulate, "workload"_a = "cogvideox-zipf10", "model"_a = nb::none(), "device"_a = "h200",
+        "gpus"_a = 32, "gpus_per_node"_a = 8,
+        "methods"_a = std::vector<std::string>{"dcp", "bucket", "packed", "dynamic_cp"}, "global_batch_tokens"_a = 0,
+        "seed"_a = 0, "tp"_a = 1, "ep"_a = 1, "sharding"_a = "zero1", "ring"_a = 1,
+        "Plans every global batch of one epoch with each method on the cost model's clock, as dcp-sim does.");
+
+  // --- the sampler -------------------------------------------------------------------------------
+  nb::class_<sampler>(m, "Sampler", "Global batches filled to a token budget, shuffled from a seed, resumable.")
+      .def(
+          "__init__",
+          [](sampler* self, nb::handle lengths, std::int64_t global_batch_tokens, std::uint64_t seed, nb::handle cost) {
+            new (self) sampler(make_sampler(lengths, global_batch_tokens, seed, cost));
+          },
+          "lengths"_a, "global_batch_tokens"_a = 0, "seed"_a = 0, "cost"_a = nb::none())
+      .def(
+          "next",
+          [](sampler& s) {
+            const auto b = s.s.next();
+            std::vector<std::int64_t> ids;
+            ids.reserve(b.sequences.size());
+            for (const auto& q : b.sequences) ids.push_back(q.id);
+            const std::size_t n = ids.size();
+            return owned_array(std::move(ids), {n});
+          },
+          "The ids of the next global batch; after an epoch's last batch comes the next epoch's first.")
+      .def("state",
+           [](const sampler& s) {
+             const auto st = s.s.state();
+             nb::dict d;
+             d["seed"] = st.seed;
+             d["epoch"] = st.epoch;
+             d["position"] = st.position;
+             return d;
+           })
+      .def(
+          "restore",
+          [](sampler& s, const nb::dict& d) {
+            s.s.restore(dcp::sampler_state{static_cast<std::uint64_t>(dict_int(d, "seed")), dict_int(d, "epoch"),
+                                           dict_int(d, "position")});
+          },
+          "state"_a, "Resumes at a state() of a sampler over the same lengths and budget.")
+      .def(
+          "save",
+          [](const sampler& s) {
+            std::ostringstream os;
+            s.s.save(os);
+            return os.str();
+          },
+          "The state as dcp.sampler_state/v1 JSON, with the dataset's fingerprint.")
+      .def(
+          "load",
+          [](sampler& s, const std::string& text) {
+            std::istringstream in(text);
+            s.s.load(in, "Sampler.load");
+          },
+          "text"_a)
+      .def_prop_ro("budget", [](const sampler& s) { return s.s.budget(); })
+      .def_prop_ro("batch_index", [](const sampler& s) { return s.s.batch_index(); })
+      .def("__len__", [](const sampler& s) { return s.s.size(); })
+      .def(
+          "batches_in_epoch", [](const sampler& s, std::int64_t epoch) { return s.s.batches_in_epoch(epoch); },
+          "epoch"_a);
+}

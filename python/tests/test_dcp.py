@@ -1,0 +1,271 @@
+"""Tests of the dcp Python package: plan laws over random batches, JSON round trips, the
+simulator against dcp-sim, errors, and the resumable sampler."""
+
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dcp
+
+REPO = Path(__file__).resolve().parents[2]
+SEEDS = [1, 2, 3, 4]
+METHODS = ["dcp", "bucket", "packed", "dynamic_cp"]
+
+
+def random_lengths(seed, n=48, low=64, high=32768):
+    """Log-uniform lengths: many short sequences and a few long ones, as in real data."""
+    rng = np.random.default_rng(seed)
+    return np.exp(rng.uniform(np.log(low), np.log(high), size=n)).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def cost():
+    return dcp.Cost("llama3-8b", "h200", gpus=16)
+
+
+# --- plan laws -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_plan_laws(cost, method, seed):
+    lengths = random_lengths(seed)
+    where = f"method {method}, seed {seed}"
+    p = dcp.plan(cost, lengths, method=method, seed=seed)
+    assert p.method == method, where
+    assert p.gpus == cost.gpus == 16, where
+
+    ids = [q.id for s in p.steps for q in s.sequences]
+    assert sorted(ids) == list(range(len(lengths))), f"{where}: every sequence exactly once"
+    assert not p.skipped, where
+    tokens = {q.id: q.tokens for s in p.steps for q in s.sequences}
+    assert all(tokens[i] == lengths[i] for i in range(len(lengths))), f"{where}: tokens are the lengths"
+
+    weights = sum(q.loss_weight for s in p.steps for q in s.sequences)
+    assert weights == pytest.approx(1.0, rel=1e-9), f"{where}: loss weights sum to {weights}"
+
+    for s in p.steps:
+        first, end = s.ranks
+        assert 0 <= first < end <= cost.gpus, f"{where}: step on ranks [{first}, {end})"
+        assert end - first == s.sp, where
+        assert s.memory_bytes <= cost.capacity() * (1 + 1e-9), f"{where}: {s.memory_bytes} B over capacity"
+    assert p.makespan_s >= max(s.end_s for s in p.steps) * (1 - 1e-12), where
+    assert 0 < p.efficiency() <= 1 + 1e-9, where
+    assert p.violations(cost, lengths) == [], where
+
+
+def test_violations_catch_a_wrong_batch(cost):
+    lengths = random_lengths(7)
+    p = dcp.plan(cost, lengths)
+    assert p.violations(cost, lengths) == []
+    other = lengths.copy()
+    other[0] += 1
+    assert p.violations(cost, other), "a plan checked against another batch must break a law"
+    assert p.violations(cost, lengths[:-1]), "a plan checked against a shorter batch must break a law"
+
+
+def test_dcp_beats_or_matches_bucket(cost):
+    # Both plan the same batch; dcp's makespan is the shorter on a skewed batch (the paper's claim).
+    lengths = random_lengths(11, n=64)
+    data = np.concatenate([random_lengths(s, n=64) for s in range(12, 20)])
+    fast = dcp.plan(cost, lengths)
+    bucket = dcp.plan(cost, lengths, method="bucket", dataset=data)
+    assert fast.makespan_s <= bucket.makespan_s * (1 + 1e-9)
+
+
+def test_plan_is_deterministic_and_json_round_trips(cost):
+    for seed in SEEDS:
+        lengths = random_lengths(seed)
+        plans = [dcp.plan(cost, lengths, method=m, seed=seed) for m in METHODS]
+        again = [dcp.plan(cost, lengths, method=m, seed=seed) for m in METHODS]
+        assert [p.hash() for p in plans] == [p.hash() for p in again], f"seed {seed}"
+
+        for p in plans:  # a document holds one method's plans
+            text = dcp.plans_to_json(cost, [p, p])
+            doc = json.loads(text)
+            assert doc["format"].startswith("dcp.plan/") and doc["method"] == p.method, f"seed {seed}"
+            back = dcp.plans_from_json(text)
+            assert len(back) == 2, f"seed {seed}"
+            for q in back:
+                assert q.hash() == p.hash(), f"seed {seed}, method {p.method}: hash changed in the round trip"
+                assert q == p, f"seed {seed}, method {p.method}"
+        with pytest.raises(dcp.Error, match="'dcp' with 'bucket'"):
+            dcp.plans_to_json(cost, plans)
+
+
+def test_video_batches_keep_their_shape():
+    cost = dcp.Cost("cogvideox-5b", gpus=8)
+    rng = np.random.default_rng(5)
+    shapes = np.stack([rng.integers(1, 14, size=24), rng.choice([1350, 3600], size=24)], axis=1)
+    p = dcp.plan(cost, shapes)
+    seen = {q.id: (q.frames, q.spatial, q.tokens) for s in p.steps for q in s.sequences}
+    assert sorted(seen) == list(range(len(shapes)))
+    for i, (t, s) in enumerate(shapes):
+        assert seen[i][:2] == (t, s)
+        assert seen[i][2] == cost.tokens_of(int(s), int(t))
+    assert p.violations(cost, shapes) == []
+
+
+def test_planning_releases_the_gil(cost):
+    # Planning in threads gives the plans of planning one after another.
+    batches = [random_lengths(s, n=64) for s in range(4)]
+    serial = [dcp.plan(cost, b).hash() for b in batches]
+    out = [None] * len(batches)
+
+    def work(i):
+        out[i] = dcp.plan(cost, batches[i]).hash()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(batches))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == serial
+
+
+# --- models and errors -----------------------------------------------------------------------------
+
+
+def test_presets_and_config():
+    assert "llama3-8b" in dcp.model_names()
+    m = dcp.model_preset("llama3-8b")
+    assert (m.blocks, m.hidden, m.heads) == (32, 4096, 32)
+    assert "llama3-8b" in repr(m)
+    config = REPO / "tests" / "data" / "configs" / "llama-3.1-8b" / "config.json"
+    read, notes = dcp.model_from_config(config)
+    assert (read.blocks, read.hidden, read.heads, read.kv_heads) == (32, 4096, 32, 8)
+    assert read.vocab == 128256
+    assert isinstance(notes, list)
+    assert dcp.plan(dcp.Cost(read, gpus=8), random_lengths(3)).violations(dcp.Cost(read, gpus=8), random_lengths(3)) == []
+
+
+def test_errors_name_the_value():
+    with pytest.raises(dcp.Error, match="no-such-model") as e:
+        dcp.model_preset("no-such-model")
+    assert e.value.code == "invalid_argument"
+    assert isinstance(e.value, RuntimeError)
+    with pytest.raises(dcp.Error, match="h999"):
+        dcp.Cost("llama3-8b", "h999")
+    with pytest.raises(dcp.Error, match="gpus = 12") as e:
+        dcp.Cost("llama3-8b", gpus=12)
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(dcp.Error, match="gpus = 0"):
+        dcp.Cost("llama3-8b", gpus=0)
+    with pytest.raises(dcp.Error, match="zero2"):
+        dcp.Cost("llama3-8b", sharding="zero2")
+    with pytest.raises(dcp.Error, match="'fastest'"):
+        dcp.plan(dcp.Cost("llama3-8b"), [1024], method="fastest")
+    with pytest.raises(dcp.Error, match="float64"):
+        dcp.plan(dcp.Cost("llama3-8b"), [1024.5])
+    with pytest.raises(dcp.Error, match="sequence 1 ") as e:
+        dcp.plan(dcp.Cost("llama3-8b"), [1024, 0])
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(dcp.Error) as e:
+        dcp.plan(dcp.Cost("llama3-8b", gpus=1), [10_000_000])
+    assert e.value.code == "infeasible", str(e.value)
+    with pytest.raises(dcp.Error) as e:
+        dcp.plans_from_json("{}")
+    assert e.value.code == "parse_error"
+
+
+# --- the simulator against dcp-sim ----------------------------------------------------------------
+
+
+def dcp_sim():
+    path = Path(os.environ.get("DCP_SIM", REPO / "build" / "examples" / "sim" / "dcp-sim"))
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+@pytest.mark.skipif(dcp_sim() is None, reason="dcp-sim not built (build/examples/sim/dcp-sim; or set DCP_SIM)")
+def test_simulate_matches_dcp_sim():
+    args = dict(workload="opensora-zipf50", gpus=8, methods=["dcp", "bucket"], seed=0)
+    out = subprocess.run(
+        [str(dcp_sim()), "--workload", "opensora-zipf50", "--gpus", "8", "--methods", "dcp,bucket", "--json"],
+        check=True, capture_output=True, text=True,
+    )
+    want = json.loads(out.stdout)["methods"]
+    got = dcp.simulate(**args)
+    assert [r["method"] for r in got] == [r["method"] for r in want]
+    for g, w in zip(got, want):
+        for key in ["tokens_per_s", "efficiency", "simple_efficiency", "imbalance", "peak_memory_bytes"]:
+            assert g[key] == pytest.approx(w[key], rel=1e-12, abs=1e-15), f"{g['method']} {key}"
+        assert g["skipped"] == w["skipped"]
+        assert g["communicators_per_rank"] == w["communicators_per_rank"]
+        assert g["sequences"] == len(dcp.workload("opensora-zipf50", 0))
+
+
+def test_simulate_reports_every_method():
+    rows = dcp.simulate(workload=random_lengths(9, n=400), model="llama3-8b", gpus=8, methods=METHODS)
+    assert [r["method"] for r in rows] == METHODS
+    for r in rows:
+        assert r["sequences"] == 400, r["method"]
+        assert r["tokens_per_s"] > 0 and 0 < r["efficiency"] <= 1 + 1e-9, r
+        assert r["peak_memory_bytes"] <= dcp.Cost("llama3-8b", gpus=8).capacity() * (1 + 1e-9), r
+
+
+# --- the sampler -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sampler_resumes_where_it_stopped(seed):
+    lengths = random_lengths(seed, n=300)
+    budget = int(lengths.sum() // 17)
+    s = dcp.Sampler(lengths, budget, seed=seed)
+    per_epoch = s.batches_in_epoch(0)
+    total = 2 * per_epoch + 3  # across an epoch boundary
+    states, batches = [], []
+    for _ in range(total):
+        states.append(s.state())
+        batches.append(s.next().tolist())
+
+    epoch0 = [i for b in batches[:per_epoch] for i in b]
+    assert sorted(epoch0) == list(range(len(lengths))), f"seed {seed}: an epoch visits every sequence once"
+    for b in batches:
+        assert len(b) == 1 or lengths[b].sum() <= budget, f"seed {seed}: batch over the budget"
+
+    for k in [1, per_epoch // 2, per_epoch, per_epoch + 1, total - 1]:
+        r = dcp.Sampler(lengths, budget, seed=seed)
+        r.restore(states[k])
+        rest = [r.next().tolist() for _ in range(total - k)]
+        assert rest == batches[k:], f"seed {seed}: resumed at batch {k} ({states[k]})"
+
+    saved = dcp.Sampler(lengths, budget, seed=seed)
+    for _ in range(5):
+        saved.next()
+    text = saved.save()
+    loaded = dcp.Sampler(lengths, budget, seed=seed)
+    loaded.load(text)
+    assert loaded.state() == saved.state() == states[5]
+    assert loaded.next().tolist() == batches[5]
+    with pytest.raises(dcp.Error):  # a state saved over another budget
+        dcp.Sampler(lengths, budget + 1, seed=seed).load(text)
+
+
+def test_sampler_counts_the_models_tokens():
+    cost = dcp.Cost("cogvideox-5b", gpus=8)  # 226 text tokens before every sample
+    shapes = np.array([[1, 1000]] * 10)
+    s = dcp.Sampler(shapes, 3 * cost.tokens_of(1000), cost=cost)
+    assert len(s.next()) == 3
+    with pytest.raises(dcp.Error, match="budget"):
+        dcp.Sampler([100, 200], 0)
+
+
+def test_readme_python_block_runs_as_written():
+    """The README's Python section is run as it is (docs are code), from the repository root."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme[readme.index("\n## Python\n"):]
+    block = section[section.index("```python\n") + len("```python\n"):]
+    block = block[: block.index("```")]
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        exec(compile(block, "README.md (Python)", "exec"), {})
+    finally:
+        os.chdir(cwd)
