@@ -46,8 +46,8 @@ namespace dcp {
 /// will be tight, so that the first plan is made on a model and a margin that measurements back.
 struct probe_options {
   bool enabled = true;
-  /// The probe's steps together take at most this share of the first batch's predicted time
-  /// (the tightest step of each sp is measured even beyond it).
+  /// The probe's steps end within this share of the first batch's predicted time (its tightest
+  /// step is measured even beyond it).
   double budget = 0.1;
   /// The probe's steps are taken from the first batch planned to C / (1 + headroom): safe while
   /// the prior underestimates memory by less than that.
