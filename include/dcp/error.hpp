@@ -76,6 +76,22 @@ inline const std::error_category& cuda_category() noexcept {
 
 inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), dcp_category()}; }
 
+/// The enumerator's name ("invalid_argument", ...): what code branches on, where the category's
+/// `message` is prose for people.
+constexpr const char* to_string(errc e) noexcept {
+  switch (e) {
+    case errc::invalid_argument: return "invalid_argument";
+    case errc::infeasible: return "infeasible";
+    case errc::parse_error: return "parse_error";
+    case errc::io_error: return "io_error";
+    case errc::mismatch: return "mismatch";
+    case errc::timeout: return "timeout";
+    case errc::aborted: return "aborted";
+    case errc::unsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
 /// The exception thrown by every dcp component. `what()` is the full message;
 /// `code()` tells the layer and condition.
 class error : public std::system_error {

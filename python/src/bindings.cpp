@@ -53,21 +53,6 @@ std::string printed(const T& v) {
   return os.str();
 }
 
-// The errc's enumerator name: what `dcp.Error.code` holds, so Python code can branch on it.
-const char* errc_name(dcp::errc e) noexcept {
-  switch (e) {
-    case dcp::errc::invalid_argument: return "invalid_argument";
-    case dcp::errc::infeasible: return "infeasible";
-    case dcp::errc::parse_error: return "parse_error";
-    case dcp::errc::io_error: return "io_error";
-    case dcp::errc::mismatch: return "mismatch";
-    case dcp::errc::timeout: return "timeout";
-    case dcp::errc::aborted: return "aborted";
-    case dcp::errc::unsupported: return "unsupported";
-  }
-  return "unknown";
-}
-
 // An int64 numpy array that owns a copy of `values`, shaped `shape`.
 int_array owned_array(std::vector<std::int64_t> values, std::vector<std::size_t> shape) {
   auto* v = new std::vector<std::int64_t>(std::move(values));
@@ -264,7 +249,7 @@ NB_MODULE(_dcp, m) {
           if (msg.size() > tail.size() && msg.ends_with(tail)) msg.resize(msg.size() - tail.size());
           const std::string code =
               e.code().category() == dcp::dcp_category()
-                  ? errc_name(static_cast<dcp::errc>(e.code().value()))
+                  ? dcp::to_string(static_cast<dcp::errc>(e.code().value()))
                   : std::string(e.code().category().name()) + ":" + std::to_string(e.code().value());
           PyObject* exc = PyObject_CallFunction(static_cast<PyObject*>(type), "s", msg.c_str());
           if (exc == nullptr) return;  // the call's own error is set

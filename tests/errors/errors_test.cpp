@@ -54,17 +54,7 @@ struct entry {
 
 std::string errc_name(const std::error_code& ec) {
   if (ec.category() != dcp::dcp_category()) return std::string(ec.category().name()) + " error";
-  switch (static_cast<dcp::errc>(ec.value())) {
-    case dcp::errc::invalid_argument: return "invalid_argument";
-    case dcp::errc::infeasible: return "infeasible";
-    case dcp::errc::parse_error: return "parse_error";
-    case dcp::errc::io_error: return "io_error";
-    case dcp::errc::mismatch: return "mismatch";
-    case dcp::errc::timeout: return "timeout";
-    case dcp::errc::aborted: return "aborted";
-    case dcp::errc::unsupported: return "unsupported";
-  }
-  return "unknown";
+  return dcp::to_string(static_cast<dcp::errc>(ec.value()));
 }
 
 // Runs `fn`; the dcp::error it throws is the outcome. Must catch: the catalogue compares
