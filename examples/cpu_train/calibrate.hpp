@@ -96,6 +96,7 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
     const auto batch = sched.sampler().next();
     if (i == 0) {  // the start-up probe: a few steps of the first batch, measured before its plan
       const auto p = probe_step(sched, model, data, batch.sequences, memory);
+      observe_steps(sched, p, fixed_bytes);
       if (root)
         std::printf(
             "start-up probe: %zu micro-steps of the first batch (%zu on rank 0), %.3f ms of CPU time on rank 0\n",

@@ -225,36 +225,31 @@ T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_
     // that wait as the step's: in wall time always, and in CPU time under MPI, whose waits poll.
     // The first collective would make it wait anyway, so the barrier moves the wait, not adds one.
     if (st.sp() > 1) st.comm().barrier();
-    if (memory.limit_bytes <= 0) {
-      {
-        dcp::memory_scope scope(counter);
-        t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();
-        loss += model.forward_backward(shard, comm, k, g, ring);
-      }
-      out.timed.push_back({st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                           thread_cpu_seconds() - cpu0, double(counter.peak_bytes())});
-      continue;
-    }
-    // Under a limit the step's gradient is kept apart until every member ran within memory.
-    std::vector<T> own(g.size(), T(0));
+    // Under a limit the step's gradient is kept apart until every member ran within memory;
+    // without one it accumulates in `g` directly.
+    const bool limited = memory.limit_bytes > 0;
+    std::vector<T> own(limited ? g.size() : 0, T(0));
+    const std::span<T> into = limited ? std::span<T>(own) : g;
     T step_loss = 0;
     {
       dcp::memory_scope scope(counter);
       t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();
-      step_loss = model.forward_backward(shard, comm, k, std::span<T>(own), ring);
+      step_loss = model.forward_backward(shard, comm, k, into, ring);
     }
     timed_step t{st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                  thread_cpu_seconds() - cpu0, double(counter.peak_bytes())};
-    double over[1] = {memory.static_bytes + t.activation_bytes > memory.limit_bytes ? 1.0 : 0.0};
-    if (st.sp() > 1) st.comm().all_reduce(std::span<double>(over), dcp::reduce_op::max);
-    if (over[0] > 0) {
-      t.out_of_memory = true;
-      ++out.recovered;
-      std::fill(own.begin(), own.end(), T(0));
-      out.recomputed_blocks += L - k;
-      step_loss = model.forward_backward(shard, comm, L, std::span<T>(own), ring);
+    if (limited) {
+      double over[1] = {memory.static_bytes + t.activation_bytes > memory.limit_bytes ? 1.0 : 0.0};
+      if (st.sp() > 1) st.comm().all_reduce(std::span<double>(over), dcp::reduce_op::max);
+      if (over[0] > 0) {
+        t.out_of_memory = true;
+        ++out.recovered;
+        std::fill(own.begin(), own.end(), T(0));
+        out.recomputed_blocks += L - k;
+        step_loss = model.forward_backward(shard, comm, L, into, ring);
+      }
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] += own[i];
     }
-    for (std::size_t i = 0; i < g.size(); ++i) g[i] += own[i];
     loss += step_loss;
     out.timed.push_back(t);
   }
@@ -273,7 +268,8 @@ void observe_steps(Scheduler& sched, const step_summary& s, double static_bytes)
 
 /// The start-up probe (calibration on, before the first plan; DESIGN 9.2): this rank's probe
 /// micro-steps of the first batch run forward and backward, their gradients discarded and no
-/// optimizer step, each observed. The next `sched.plan` learns from them.
+/// optimizer step. Observe them (`observe_steps`) before the next `sched.plan`, which learns
+/// from them.
 template <class T, class Scheduler>
 step_summary probe_step(Scheduler& sched, tiny_transformer<T>& model, const synthetic_data& data,
                         std::span<const dcp::sequence> batch, memory_limit memory) {
@@ -282,7 +278,6 @@ step_summary probe_step(Scheduler& sched, tiny_transformer<T>& model, const synt
   sched.verify(out.plan);
   std::vector<T> discarded(model.params().size(), T(0));
   (void)run_micro_steps(sched, model, data, out.plan, recompute_mode::plan, std::span<T>(discarded), out, memory);
-  observe_steps(sched, out, memory.static_bytes);
   return out;
 }
 

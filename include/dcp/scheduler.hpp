@@ -282,13 +282,7 @@ class scheduler {
       return std::string("scheduler::probe: the run has ") + (planned_ ? "planned" : "probed") +
              " already; probe once, before the first plan";
     });
-    // The batch as the prior would plan it with the probe's headroom; a sequence that fits only
-    // closer to capacity is not probed.
-    fitted_cost roomy = calib_->model();
-    roomy.memory_margin = options_.calibration.probe.headroom;
-    auto planner = policies_.planner;
-    if constexpr (skipping_planner<planner_type>) planner.on_infeasible = infeasible_policy::skip;
-    dcp::plan p = probe_plan(planner.plan(context(roomy), batch), calib_->model(), options_.calibration.probe);
+    dcp::plan p = probe_plan(policies_.planner, context(calib_->model()), batch, options_.calibration.probe);
     probed_ = true;
     expect_observations(p);
     return p;

@@ -308,14 +308,7 @@ TEST(out_of_memory, steps_over_the_limit_rerun_fully_checkpointed_and_stay_exact
       const memory_limit memory{capacity, fixed};
       for (int i = 0; i < s.steps; ++i) {
         const auto batch = sched.sampler().next();
-        if (i == 0 && probe) {
-          step_summary p;
-          p.plan = sched.probe(batch.sequences);
-          std::vector<double> discarded(model.params().size(), 0.0);
-          (void)run_micro_steps(sched, model, s.data, p.plan, recompute_mode::plan, std::span<double>(discarded), p,
-                                memory);
-          observe(sched, p);
-        }
+        if (i == 0 && probe) observe(sched, probe_step(sched, model, s.data, batch.sequences, memory));
         const auto st = train_step(sched, model, opt, s.data, batch.sequences, recompute_mode::plan, memory);
         observe(sched, st);
         double count[1] = {double(st.recovered)};

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,8 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {
@@ -92,6 +95,20 @@ plan probe_plan(const plan& first, const C& cost, const probe_options& o) {
   for (auto& st : out.steps)
     for (auto& q : st.sequences) q.loss_weight = 0;
   return out;
+}
+
+/// The probe of `batch`, the first global batch, planned by `p` in `ctx` (the prior, and the
+/// job's recompute policy and groups): the batch planned to C / (1 + headroom), where a skipping
+/// planner leaves out the sequences that fit only closer to capacity (they are not probed), and
+/// the probe's steps chosen from that plan and priced on the prior.
+template <planner P, recompute_policy R, group_manager G>
+plan probe_plan(P p, const planning_context<fitted_cost, R, G>& ctx, std::span<const sequence> batch,
+                const probe_options& o) {
+  o.validate();
+  fitted_cost roomy = ctx.cost;
+  roomy.memory_margin = o.headroom;
+  if constexpr (skipping_planner<P>) p.on_infeasible = infeasible_policy::skip;
+  return probe_plan(p.plan(planning_context{roomy, ctx.recompute, ctx.groups}, batch), ctx.cost, o);
 }
 
 }  // namespace dcp

@@ -78,15 +78,8 @@ truth_run_result simulate_calibrated(const planning_context<analytic_cost, R, G>
   for (std::size_t i = 0; i < batches.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     if (i == 0 && copt.probe.enabled) {
-      // The first batch as the prior would plan it with the probe's headroom; a sequence that
-      // fits only closer to capacity is not probed.
-      fitted_cost roomy = cal.model();
-      roomy.memory_margin = copt.probe.headroom;
-      dcp_planner first = planner;
-      first.on_infeasible = infeasible_policy::skip;
-      const plan p = probe_plan(
-          first.plan(planning_context{roomy, ctx.recompute, ctx.groups}, std::span<const sequence>(batches[i])),
-          cal.model(), copt.probe);
+      const plan p = probe_plan(planner, planning_context{cal.model(), ctx.recompute, ctx.groups},
+                                std::span<const sequence>(batches[i]), copt.probe);
       const execution e = execute(p, t, probe_stream);
       detail::observe_execution(cal, e);
       out.metrics.add_probe(e.executed, e.oom_steps);

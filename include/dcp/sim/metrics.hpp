@@ -92,17 +92,12 @@ struct run_metrics {
 
   /// Adds one batch's plan, planned in `seconds` of wall-clock time, `oom` of its steps over memory.
   void add(const plan& p, double seconds, std::int64_t oom = 0) {
-    std::vector<double> busy;
-    const plan_metrics m = measure(p, &busy);
+    const plan_metrics m = add_busy(p);
     if (method.empty()) method = p.method;
-    gpus = std::max(gpus, p.gpus);
-    if (busy_s.size() < busy.size()) busy_s.resize(busy.size(), 0.0);
-    for (std::size_t r = 0; r < busy.size(); ++r) busy_s[r] += busy[r];
     ++batches;
     sequences += m.sequences, tokens += m.tokens, skipped += m.skipped, steps += m.steps, oom_steps += oom;
     makespan_s += m.makespan_s, lower_bound_s += m.lower_bound_s, joint_lower_bound_s += m.joint_lower_bound_s;
     imbalance_sum_ += m.imbalance;
-    peak_memory_bytes = std::max(peak_memory_bytes, m.peak_memory_bytes);
     plan_seconds_sum_ += seconds;
     plan_seconds_max = std::max(plan_seconds_max, seconds);
     if (groups_of_.size() < static_cast<std::size_t>(p.gpus)) groups_of_.resize(static_cast<std::size_t>(p.gpus));
@@ -124,19 +119,24 @@ struct run_metrics {
   /// Adds the start-up probe as it ran (`plan/probe.hpp`): its makespan is run time every later
   /// rate pays for, its steps are busy time, its `oom` steps count; it trains no token.
   void add_probe(const plan& p, std::int64_t oom = 0) {
-    std::vector<double> busy;
-    const plan_metrics m = measure(p, &busy);
-    gpus = std::max(gpus, p.gpus);
-    if (busy_s.size() < busy.size()) busy_s.resize(busy.size(), 0.0);
-    for (std::size_t r = 0; r < busy.size(); ++r) busy_s[r] += busy[r];
+    const plan_metrics m = add_busy(p);
     probe_s += m.makespan_s, makespan_s += m.makespan_s, probe_steps += m.steps, oom_steps += oom;
-    peak_memory_bytes = std::max(peak_memory_bytes, m.peak_memory_bytes);
     finish();
   }
 
   friend bool operator==(const run_metrics&, const run_metrics&) = default;
 
  private:
+  // `p`'s metrics, its GPUs' busy seconds and its peak memory added to the run's.
+  plan_metrics add_busy(const plan& p) {
+    std::vector<double> busy;
+    const plan_metrics m = measure(p, &busy);
+    gpus = std::max(gpus, p.gpus);
+    if (busy_s.size() < busy.size()) busy_s.resize(busy.size(), 0.0);
+    for (std::size_t r = 0; r < busy.size(); ++r) busy_s[r] += busy[r];
+    peak_memory_bytes = std::max(peak_memory_bytes, m.peak_memory_bytes);
+    return m;
+  }
   void finish() {
     tokens_per_s = makespan_s > 0 ? static_cast<double>(tokens) / makespan_s : 0;
     efficiency = makespan_s > 0 ? joint_lower_bound_s / makespan_s : 1;
