@@ -12,6 +12,8 @@
 // target: within 2x of dcp_planner/text at (1024, 16384). Counter ring_steps: steps on a ring.
 // Under zero3 (llama3-70b tp 8 on text-longtail, wan2.1-14b on cogvideox-zipf10) every step lasts
 // at least the weight gather and the planner also dissolves short steps (DESIGN 3.4).
+// llama3_70b_tp8_pp4: the same batch on 4 pipeline stages (32 units a stage; DESIGN 4.5), every
+// candidate scheduled as 1F1B pipelines; target: within 2x of llama3_70b_tp8.
 // plan_latency_groups: dcp at (1024, 16384) on contiguous_groups with every size (`any`) against
 // the same manager's powers of two (`buddy`: buddy_groups' blocks), for models whose heads allow
 // other sizes (cogvideox-5b: 48, wan2.1-14b: 40); target: any within 1.5x of buddy. Counter
@@ -83,11 +85,11 @@ void plan_latency(benchmark::State& state) {
 
 void plan_latency_layout(benchmark::State& state, const char* model, int tp, int ring,
                          dcp::sharding_kind sharding = dcp::sharding_kind::zero1,
-                         const char* workload = "text-longtail") {
+                         const char* workload = "text-longtail", int pp = 1) {
   const int gpus = static_cast<int>(state.range(0));
   const auto& batch = batch_of(workload, state.range(1));
   const auto cost = dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(),
-                                            {.gpus = gpus, .tp = tp, .sharding = sharding, .ring = ring});
+                                            {.gpus = gpus, .tp = tp, .sharding = sharding, .ring = ring, .pp = pp});
   dcp::plan p;
   for (auto _ : state) {
     p = dcp::dcp_planner{}.plan(cost, std::span<const dcp::sequence>(batch));
@@ -147,6 +149,11 @@ BENCHMARK_TEMPLATE(plan_latency, dcp::dynamic_cp_planner, text)->Apply(sizes);
 
 BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8, "llama3-70b", 8, 1)
     ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8_pp4, "llama3-70b", 8, 1, dcp::sharding_kind::zero1,
+                  "text-longtail", 4)
+    ->Args({1024, 16384})
+    ->ArgNames({"gpus", "sequences"})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(plan_latency_layout, llama3_70b_tp8_ring8, "llama3-70b", 8, 8)
     ->Args({1024, 16384})->ArgNames({"gpus", "sequences"})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(plan_latency_layout, llama3_8b_tp8_ring8, "llama3-8b", 8, 8)

@@ -52,12 +52,15 @@
 #include <dcp/plan/loss_weights.hpp>
 #include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/probe.hpp>
 #include <dcp/plan/sequence_options.hpp>
+#include <dcp/plan/speeds.hpp>
 #include <dcp/policies.hpp>
 #include <dcp/profile/memory_counter.hpp>
 #include <dcp/profile/profile_json.hpp>

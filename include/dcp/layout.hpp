@@ -3,11 +3,14 @@
 /// `parallel_layout`: the job's parallel layout, its one value (DESIGN section 2.1). GPUs and
 /// GPUs per node, the tensor-parallel size tp (GPUs of one planner unit, on one node), the
 /// expert-parallel size ep, the largest Ulysses x Ring ring, how weights, gradients and
-/// optimizer state shard (`sharding_kind`), and, on a cluster whose nodes are not all alike, each
-/// node's device (`unit_device`: its name, its speed and the memory a step may use on it).
+/// optimizer state shard (`sharding_kind`), the pipeline stages pp, and, on a cluster whose nodes
+/// are not all alike, each node's device (`unit_device`: its name, its speed and the memory a
+/// step may use on it).
 ///
-/// Planners count units: unit u is the tp GPUs [u tp, (u + 1) tp), so a block of sp units is
-/// the sp tp GPUs from its first unit's (`gpus_of`). This header is the one place that
+/// Planners count units of one pipeline stage: unit u is the tp GPUs [u tp, (u + 1) tp) of stage
+/// 0, so a block of sp units is the sp tp GPUs from its first unit's (`gpus_of`). The pipeline is
+/// outermost (Megatron's rank order): stage s holds the GPUs [s N / pp, (s + 1) N / pp), and every
+/// block exists once per stage on the matching GPUs (`gpus_of(units, stage)`). This header is the one place that
 /// arithmetic is written; cost models report the layout they price through `c.layout()` (the
 /// `cost_model` concept), and the scheduler, the group cache, plans and traces read it there.
 ///
@@ -16,6 +19,10 @@
 /// job.validate();
 /// job.units();                       // 32 planner units
 /// job.gpus_of(dcp::rank_block{4, 2}); // GPUs [8, 12)
+///
+/// const dcp::parallel_layout piped{.gpus = 256, .gpus_per_node = 8, .tp = 8, .pp = 4};
+/// piped.units();                          // 8 units per stage, 64 GPUs a stage
+/// piped.gpus_of(dcp::rank_block{2, 1}, 3); // GPUs [208, 216): unit 2 on the last stage
 /// \endcode
 
 #include <algorithm>
@@ -84,14 +91,17 @@ struct parallel_layout {
   int ep = 1;             ///< expert-parallel size: units of the data-parallel domain the experts shard over
   sharding_kind sharding = sharding_kind::zero1;
   int ring = 1;  ///< largest Ulysses x Ring ring size r a step may use (DESIGN section 4.3); 1 = Ulysses only
+  int pp = 1;    ///< pipeline stages: each holds its share of the blocks on N / pp GPUs (DESIGN section 4.5)
   /// One device per node, in rank order, on a cluster whose nodes differ; empty: every node is
   /// the cost model's device (speed 1, its capacity).
   std::vector<unit_device> nodes{};
 
   /// Throws a `dcp::error` (errc::invalid_argument) naming the value and the fix unless the
   /// layout can be laid out: N > 0 in whole nodes beyond one node, tp a power of two dividing G
-  /// and N (a TP group lives on one node), ep >= 1 dividing the units, ring a power of two.
-  /// What the model must also divide (heads, experts) its cost model checks.
+  /// and N (a TP group lives on one node), ep >= 1 dividing the units, ring a power of two, pp
+  /// >= 1 with N / pp GPUs per stage a multiple of tp and in whole nodes beyond one node, and no
+  /// named node devices under pp > 1. What the model must also divide (heads, experts, blocks)
+  /// its cost model checks.
   void validate() const {
     check(gpus > 0, errc::invalid_argument, [&] { return "gpus = " + std::to_string(gpus) + " must be positive"; });
     check(gpus_per_node > 0, errc::invalid_argument,
@@ -107,6 +117,17 @@ struct parallel_layout {
                    " must be a power of two dividing gpus_per_node = " + std::to_string(gpus_per_node) +
                    " and gpus = " + std::to_string(gpus) + " (a TP group lives on one node)";
           });
+    check(pp >= 1 && gpus % pp == 0 && (gpus / pp) % tp == 0 &&
+              (gpus / pp <= gpus_per_node || (gpus / pp) % gpus_per_node == 0),
+          errc::invalid_argument, [&] {
+            return "pp = " + std::to_string(pp) + " must be >= 1 and divide gpus = " + std::to_string(gpus) +
+                   " into stages of a multiple of tp = " + std::to_string(tp) + " GPUs, in whole nodes of " +
+                   std::to_string(gpus_per_node) + " beyond one node";
+          });
+    check(pp == 1 || nodes.empty(), errc::invalid_argument, [&] {
+      return "pp = " + std::to_string(pp) + " with named node devices (" + cluster_name() +
+             "): pipeline stages on a mixed cluster are not planned; use pp = 1 or one device";
+    });
     check(ep >= 1 && units() % ep == 0, errc::invalid_argument, [&] {
       return "ep = " + std::to_string(ep) +
              " must be >= 1 and divide the data-parallel domain gpus / tp = " + std::to_string(units());
@@ -128,8 +149,12 @@ struct parallel_layout {
             });
   }
 
-  /// Planner units: TP groups (GPUs when tp = 1), N / tp.
-  constexpr int units() const noexcept { return gpus / tp; }
+  /// Planner units: the TP groups of one pipeline stage (GPUs when tp = pp = 1), N / (tp pp).
+  constexpr int units() const noexcept { return gpus / (tp * pp); }
+  /// GPUs of one pipeline stage, N / pp (its data x sequence parallel domain times tp).
+  constexpr int stage_gpus() const noexcept { return gpus / pp; }
+  /// The pipeline stage of a GPU rank.
+  constexpr int stage_of(int gpu) const noexcept { return gpu / stage_gpus(); }
   /// Units of one node, G / tp (at least 1).
   constexpr int units_per_node() const noexcept { return std::max(1, gpus_per_node / tp); }
   /// Nodes of the job (one partial node below G GPUs).
@@ -193,10 +218,13 @@ struct parallel_layout {
   /// True when `g` GPUs lie inside one node's fast links.
   constexpr bool within_node(int g) const noexcept { return g <= gpus_per_node; }
 
-  /// The GPU ranks of a block of units.
+  /// The GPU ranks of a block of units (on stage 0), and on stage `stage`.
   constexpr rank_block gpus_of(rank_block units) const noexcept { return {units.first * tp, units.size * tp}; }
-  /// The unit of a GPU rank, and the GPU's rank inside its TP group.
-  constexpr int unit_of(int gpu) const noexcept { return gpu / tp; }
+  constexpr rank_block gpus_of(rank_block units, int stage) const noexcept {
+    return {stage * stage_gpus() + units.first * tp, units.size * tp};
+  }
+  /// The unit of a GPU rank (within its stage), and the GPU's rank inside its TP group.
+  constexpr int unit_of(int gpu) const noexcept { return gpu % stage_gpus() / tp; }
   constexpr int tp_rank_of(int gpu) const noexcept { return gpu % tp; }
   /// The TP group (as GPU ranks) a GPU belongs to.
   constexpr rank_block tp_group_of(int gpu) const noexcept { return {gpu / tp * tp, tp}; }
@@ -208,6 +236,7 @@ struct parallel_layout {
     if (p.ep > 1) os << ", ep=" << p.ep;
     if (p.sharding != sharding_kind::zero1) os << ", " << p.sharding;
     if (p.ring > 1) os << ", ring<=" << p.ring;
+    if (p.pp > 1) os << ", pp=" << p.pp;
     if (!p.nodes.empty()) os << ", nodes " << p.cluster_name();
     return os << "}";
   }

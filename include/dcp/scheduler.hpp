@@ -432,6 +432,11 @@ class scheduler {
     }
     if constexpr (buildable_cost<cost_type, Model>)
       if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
+    check(given->layout().pp == 1, errc::unsupported, [&] {
+      return "the cost model's layout has pp = " + std::to_string(given->layout().pp) +
+             " pipeline stages; the scheduler hands out data x sequence parallel steps only (pp = 1): "
+             "plan pipelines with the planners and dcp-sim --pp";
+    });
     check(given->layout().gpus == world_->size(), errc::mismatch, [&] {
       return "the cost model is for " + std::to_string(given->gpus()) +
              (given->layout().tp == 1 ? std::string(" GPUs")

@@ -418,10 +418,10 @@ TEST(Report, TableAndJsonHaveEveryMethod) {
   EXPECT_EQ(keys(j),
             (std::set<std::string>{"workload", "model", "device", "gpus", "sequences", "tokens", "groups", "methods"}));
   ASSERT_EQ(j["methods"].size(), 2u);
-  EXPECT_EQ(keys(j["methods"][0]), (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_bucket", "efficiency",
-                                                            "simple_efficiency", "imbalance", "peak_memory_bytes",
-                                                            "plan_seconds", "skipped", "oom_steps",
-                                                            "communicators_per_rank", "communicator_bytes_per_rank"}));
+  EXPECT_EQ(keys(j["methods"][0]),
+            (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_bucket", "efficiency", "simple_efficiency",
+                                   "imbalance", "bubble", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps",
+                                   "communicators_per_rank", "communicator_bytes_per_rank"}));
   EXPECT_EQ(j["methods"][0]["method"], "dcp");
   EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_bucket"].get<double>(), (100.0 / 1) / (200.0 / 3));
   EXPECT_DOUBLE_EQ(j["methods"][1]["speedup_vs_bucket"].get<double>(), 1.0);

@@ -61,6 +61,12 @@ struct analytic_cost {
              "; lay the job out on the device's nodes (make_analytic_cost(model, device, gpus) does)";
     });
     parallel.validate();
+    check(model.pipeline_stages == parallel.pp, errc::invalid_argument, [&] {
+      return "the layout has pp = " + std::to_string(parallel.pp) + " but model '" + model.name + "' prices " +
+             std::to_string(model.pipeline_stages) +
+             " stage(s); price one stage of the whole model, pipeline_stage(model, pp) "
+             "(make_analytic_cost(model, device, layout) does)";
+    });
     check(model.heads % parallel.tp == 0 && model.key_value_heads() % parallel.tp == 0, errc::invalid_argument, [&] {
       return "tp = " + std::to_string(parallel.tp) + " must divide heads = " + std::to_string(model.heads) +
              " and kv_heads = " + std::to_string(model.key_value_heads()) + " of model '" + model.name +
@@ -83,15 +89,16 @@ struct analytic_cost {
     const double c = capacity(), held = parameters_per_gpu(), p = model.total_parameters();
     std::string out = "memory capacity " + std::to_string(c) + " B is below the static memory " +
                       std::to_string(static_memory()) + " B of model '" + model.name + "' on " +
-                      std::to_string(parallel.gpus) + " GPUs (" + to_string(parallel.sharding) + "); ";
-    // static = fixed + divided / N (section 4.2): what more GPUs leave, and what they divide.
+                      std::to_string(parallel.gpus) + " GPUs (" + to_string(parallel.sharding) +
+                      (parallel.pp > 1 ? ", a stage of " + std::to_string(parallel.pp) : std::string()) + "); ";
+    // static = fixed + divided / (N / pp) (section 4.2): what more GPUs leave, and what they divide.
     double fixed = 4 * held, divided = 12 * p;
     if (parallel.sharding == sharding_kind::replicated) fixed = 16 * held, divided = 0;
     if (parallel.sharding == sharding_kind::zero3) fixed = zero3_gathered(), divided = 16 * p;
     if (fixed < c && divided > 0) {
       // Fewer GPUs than a node, or whole nodes (the layouts `parallel_layout` accepts).
       const double g = parallel.gpus_per_node, n = std::ceil(divided / (c - fixed));
-      const double least = n <= g ? n : std::ceil(n / g) * g;
+      const double least = (n <= g ? n : std::ceil(n / g) * g) * parallel.pp;
       return out + "it fits from " + std::to_string(static_cast<long long>(least)) + " GPUs; use that many or more, " +
              (parallel.sharding == sharding_kind::zero3 ? "" : "sharding = zero3, ") + "or a device with more memory";
     }
@@ -111,12 +118,12 @@ struct analytic_cost {
     return has_fitted_form() && model.kv_heads == 0 && model.head_dim == 0 && model.vocab == 0 && model.window == 0 &&
            model.value_dim == 0 && model.q_rank == 0 && model.kv_rank == 0;
   }
-  /// True where `fitted_cost` mirrors this model: data x sequence parallel (tp = ep = ring = 1),
+  /// True where `fitted_cost` mirrors this model: data x sequence parallel (tp = ep = ring = pp = 1),
   /// zero1, self-attention only and a dense MLP; GQA, decoupled head and value widths, latent
   /// attention, windows and a vocabulary are in its form (they shape its features).
   bool has_fitted_form() const noexcept {
-    return parallel.tp == 1 && parallel.ep == 1 && parallel.ring == 1 && parallel.sharding == sharding_kind::zero1 &&
-           model.cross_attention_tokens == 0 && !model.is_moe();
+    return parallel.tp == 1 && parallel.ep == 1 && parallel.ring == 1 && parallel.pp == 1 &&
+           parallel.sharding == sharding_kind::zero1 && model.cross_attention_tokens == 0 && !model.is_moe();
   }
 
   int blocks() const noexcept { return model.blocks; }
@@ -203,15 +210,15 @@ struct analytic_cost {
     return std::max(6 * largest_block_per_gpu(), 6 * vocab_matrix);
   }
   /// zero1: 4 P_gpu + 12 P_all / N; replicated: 16 P_gpu; zero3: 16 P_all / N + `zero3_gathered`,
-  /// P_all = P + P_V.
+  /// P_all = P + P_V. Under pp > 1 the model is a stage's and N its N / pp GPUs.
   double static_memory() const noexcept {
     const double p = model.total_parameters();
     switch (parallel.sharding) {
       case sharding_kind::replicated: return 16 * parameters_per_gpu();
-      case sharding_kind::zero3: return 16 * p / parallel.gpus + zero3_gathered();
+      case sharding_kind::zero3: return 16 * p / parallel.stage_gpus() + zero3_gathered();
       case sharding_kind::zero1: break;
     }
-    return 4 * parameters_per_gpu() + 12 * p / parallel.gpus;
+    return 4 * parameters_per_gpu() + 12 * p / parallel.stage_gpus();
   }
   /// F = L 2 P_act N_tok + A (P_act = P_b for a dense model without cross-attention; L P_act
   /// sums the dense and MoE blocks of a mixed stack): the blocks'.
@@ -257,9 +264,21 @@ struct analytic_cost {
   double ep_bandwidth() const noexcept {
     return parallel.ep * parallel.tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
   }
-  /// Bandwidth of the data-parallel domain (all N GPUs).
+  /// Bandwidth of the data-parallel domain (all N GPUs of a stage).
   double dp_bandwidth() const noexcept {
-    return parallel.gpus <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
+    return parallel.stage_gpus() <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
+  }
+  /// Bandwidth between adjacent pipeline stages: a stage of whole nodes sends to the next node.
+  double stage_bandwidth() const noexcept {
+    return parallel.stage_gpus() < device.gpus_per_node ? device.bw_intra : device.bw_inter;
+  }
+  /// x_pp: seconds to send one micro-batch's activations at a stage boundary (and their gradient
+  /// back), alpha + 2 h N_tok / (sp tp) / bw_pp: each GPU sends its bf16 shard of the block
+  /// output to its peer on the next stage (DESIGN section 4.5). 0 without pipeline stages.
+  double stage_transfer(const load_type& l, int sp) const noexcept {
+    if (parallel.pp == 1) return 0;
+    const double bytes = 2 * static_cast<double>(model.hidden) * l.tokens / (sp * parallel.tp);
+    return device.alpha + bytes / stage_bandwidth();
   }
   /// zero3's per-step floor t_z3 = 3 L (alpha + V_b / bw_dp) + 3 n_V (alpha + V_V / bw_dp): two
   /// weight all-gathers and one gradient reduce-scatter per block and per vocabulary matrix,
@@ -269,7 +288,7 @@ struct analytic_cost {
   double step_floor() const noexcept {
     if (parallel.sharding != sharding_kind::zero3) return 0;
     const double pbe = model.expert_parameters(), pb = model.block_parameters();
-    const double d = static_cast<double>(parallel.gpus / parallel.tp), de = d / parallel.ep;
+    const double d = static_cast<double>(parallel.units()), de = d / parallel.ep;
     const double v = 2 * ((pb - pbe) / parallel.tp * (d - 1) / d + pbe / (parallel.tp * parallel.ep) * (de - 1) / de);
     double blocks = 0;
     if (model.dense_blocks == 0) {
@@ -511,6 +530,7 @@ struct analytic_cost {
     if (c.parallel.ep > 1) os << ", ep=" << c.parallel.ep;
     if (c.parallel.sharding != sharding_kind::zero1) os << ", " << c.parallel.sharding;
     if (c.parallel.ring > 1) os << ", ring<=" << c.parallel.ring;
+    if (c.parallel.pp > 1) os << ", pp=" << c.parallel.pp;
     return os << "}";
   }
 };
@@ -524,8 +544,10 @@ inline analytic_cost make_analytic_cost(transformer_spec model, device_spec devi
   return c;
 }
 
-/// A validated analytic cost model of the job `layout` (its G must be the device's).
+/// A validated analytic cost model of the job `layout` (its G must be the device's); under
+/// pp > 1 it prices the heaviest stage of the whole model `model` (`pipeline_stage`).
 inline analytic_cost make_analytic_cost(transformer_spec model, device_spec device, parallel_layout layout) {
+  if (layout.pp > 1 && model.pipeline_stages == 1) model = pipeline_stage(model, layout.pp);
   analytic_cost c{std::move(model), std::move(device), layout};
   c.validate();
   return c;
@@ -539,5 +561,6 @@ static_assert(step_floor_cost_model<analytic_cost>);
 static_assert(step_floor_share_cost_model<analytic_cost>);
 static_assert(work_floors_cost_model<analytic_cost>);
 static_assert(shared_time_floor_cost_model<analytic_cost>);
+static_assert(pipeline_cost_model<analytic_cost>);
 
 }  // namespace dcp

@@ -184,6 +184,20 @@ concept mixed_cluster_cost_model = cost_model<C> && requires(const C& c, rank_bl
   { c.as_uniform(d) } -> std::same_as<C>;
 };
 
+/// A cost model that prices pipeline stages (DESIGN section 4.5): its `time` and `memory` are one
+/// micro-batch's on the heaviest of `layout().pp` stages (`blocks()` of them), and
+///   - `c.stage_transfer(l, sp)`: seconds to send the micro-batch's activations across one stage
+///     boundary (its gradient takes as long back); 0 when pp = 1;
+///   - `c.static_memory()`: the bytes per GPU a stage holds with no micro-batch in flight.
+/// Laws: both finite and >= 0; `memory(l, sp, k) >= static_memory()`, the rest the micro-batch's
+/// own, so the memory of micro-batches in flight together is static_memory() plus their rests.
+/// Only such a model plans a layout with pp > 1.
+template <class C>
+concept pipeline_cost_model = cost_model<C> && requires(const C& c, const typename C::load_type& l, int sp) {
+  { c.stage_transfer(l, sp) } -> std::convertible_to<double>;
+  { c.static_memory() } -> std::convertible_to<double>;
+};
+
 /// The capacity of a block of units: `c.capacity_of(units)` on a mixed cluster model, else
 /// `c.capacity()`.
 template <cost_model C>

@@ -101,6 +101,8 @@ class scaled_analytic_cost {
   std::int64_t tokens_of(const sequence& s) const noexcept { return base_.tokens_of(s); }
   load_type load_of(const sequence& s) const noexcept { return base_.load_of(s); }
   double static_memory() const noexcept { return base_.static_memory(); }
+  /// A stage boundary's transfer on the scaled links and latency (`pipeline_cost_model`).
+  double stage_transfer(const load_type& l, int sp) const noexcept { return scaled_.stage_transfer(l, sp); }
   /// x_max under the scaled activation memory.
   double max_tokens_per_gpu() const noexcept { return base_.max_tokens_per_gpu() / scales_.memory; }
 
@@ -153,5 +155,6 @@ static_assert(cost_model<scaled_analytic_cost>);
 static_assert(mixed_cluster_cost_model<scaled_analytic_cost>);
 static_assert(step_floor_cost_model<scaled_analytic_cost>);
 static_assert(shared_time_floor_cost_model<scaled_analytic_cost>);
+static_assert(pipeline_cost_model<scaled_analytic_cost>);
 
 }  // namespace dcp

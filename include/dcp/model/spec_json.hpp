@@ -52,6 +52,7 @@ inline nlohmann::ordered_json spec_to_json(const transformer_spec& m) {
   put("kv_rank", m.kv_rank);
   put("rope_dim", m.rope_dim);
   put("dense_blocks", m.dense_blocks);
+  if (m.pipeline_stages > 1) j["pipeline_stages"] = m.pipeline_stages;  // a stage of the model (DESIGN 4.5)
   return j;
 }
 
@@ -111,6 +112,7 @@ inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reade
   m.kv_rank = optional("kv_rank", std::int64_t{0});
   m.rope_dim = optional("rope_dim", std::int64_t{0});
   m.dense_blocks = optional("dense_blocks", 0);
+  m.pipeline_stages = optional("pipeline_stages", 1);
   return m;
 }
 

@@ -2,6 +2,7 @@
 /// \file
 /// `transformer_spec`: the shipped `model_spec`, with the presets of DESIGN section 4.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <ostream>
@@ -54,6 +55,9 @@ struct transformer_spec {
   std::int64_t kv_rank = 0;                  ///< r_kv: latent of the keys and values (MLA); 0 = none
   std::int64_t rope_dim = 0;                 ///< d_r: the MLA key's rotary part, shared by the heads (in d)
   int dense_blocks = 0;                      ///< L_d: blocks of a MoE stack whose MLP is dense of width f
+  /// P: this spec is the heaviest stage of a model split over P pipeline stages
+  /// (`pipeline_stage`); 1 = the whole model.
+  int pipeline_stages = 1;
 
   /// Key/value heads: `kv_heads`, or `heads` when 0.
   constexpr int key_value_heads() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
@@ -226,6 +230,7 @@ inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
   if (m.kv_rank > 0) os << ", kv_rank=" << m.kv_rank << ", rope_dim=" << m.rope_dim;
   if (m.window > 0) os << ", window=" << m.window << " in " << m.window_blocks() << " blocks";
   if (m.vocab > 0) os << ", vocab=" << m.vocab << (m.tied_embeddings ? " tied" : "") << ", loss=" << to_string(m.loss);
+  if (m.pipeline_stages > 1) os << ", stage of " << m.pipeline_stages;
   return os << "}";
 }
 
@@ -233,6 +238,7 @@ inline std::ostream& operator<<(std::ostream& os, const transformer_spec& m) {
 /// MoE model, those a token passes through). Two models that price differently read differently.
 inline std::string describe(const transformer_spec& m) {
   std::ostringstream os;
+  if (m.pipeline_stages > 1) os << "the heaviest of " << m.pipeline_stages << " pipeline stages: ";
   os << m.blocks << " blocks, width " << m.hidden << ", " << m.heads << " heads";
   if (m.kv_heads > 0) os << " (" << m.kv_heads << " key/value)";
   if (m.head_dim > 0) os << " of " << m.head_dim;
@@ -261,6 +267,35 @@ inline std::string describe(const transformer_spec& m) {
   if (m.vocab > 0) os << " + " << m.vocabulary_parameters() / 1e9 << "B embedding and head";
   if (m.is_moe()) os << ", " << m.active_parameters() / 1e9 << "B active in blocks";
   return os.str();
+}
+
+/// The heaviest of `pp` pipeline stages of `m` (DESIGN section 4.5), the model a stage's cost
+/// prices: the stages split the L blocks evenly, the first L mod pp stages one more, so the
+/// heaviest holds L_s = ceil(L / pp); of its blocks as many are dense (of a MoE stack) or windowed
+/// as every L_s-block stage must hold, max(0, L_x - (L - L_s)), so it has the most MoE and
+/// full-attention blocks any stage has. It keeps the vocabulary: the embedding (stage 0's) and the
+/// LM head with its logits (the last stage's) are priced on it, an upper bound for every stage.
+/// Throws a `dcp::error` unless 1 <= pp <= L, or when `m` is already a stage.
+inline transformer_spec pipeline_stage(const transformer_spec& m, int pp) {
+  check(pp >= 1 && pp <= m.blocks, errc::invalid_argument, [&] {
+    return "pp = " + std::to_string(pp) + " stages for the " + std::to_string(m.blocks) + " blocks of model '" +
+           m.name + "'; use 1 <= pp <= " + std::to_string(m.blocks);
+  });
+  check(m.pipeline_stages == 1, errc::invalid_argument, [&] {
+    return "model '" + m.name + "' is already one of " + std::to_string(m.pipeline_stages) +
+           " pipeline stages; split the whole model";
+  });
+  if (pp == 1) return m;
+  transformer_spec s = m;
+  const int stage = (m.blocks + pp - 1) / pp, others = m.blocks - stage;
+  s.blocks = stage;
+  s.pipeline_stages = pp;
+  s.dense_blocks = std::max(0, m.dense_blocks - others);
+  if (m.window > 0 && m.windowed_blocks > 0) {
+    s.windowed_blocks = std::max(0, m.windowed_blocks - others);
+    if (s.windowed_blocks == 0) s.window = 0;  // no windowed block is forced onto every stage
+  }
+  return s;
 }
 
 /// The transformer of any `model_spec`: its sizes, attention and text tokens (and its name when

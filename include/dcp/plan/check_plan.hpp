@@ -14,6 +14,8 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/sequence.hpp>
@@ -34,6 +36,9 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   if (p.layout.tp != cost.layout().tp)
     fail("plan has tp = " + std::to_string(p.layout.tp) +
          " (GPUs per unit), the cost model tp = " + std::to_string(cost.layout().tp));
+  const int stages = cost.layout().pp;
+  if (p.layout.pp != stages)
+    fail("plan has pp = " + std::to_string(p.layout.pp) + " stages, the cost model pp = " + std::to_string(stages));
 
   // Every sequence exactly once (in a step or skipped), nothing foreign.
   std::map<std::int64_t, int> seen;
@@ -136,6 +141,37 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
     for (int r = st.ranks.first; r < st.ranks.end(); ++r) busy[static_cast<std::size_t>(r)].push_back({st.start_s, st.end_s()});
     makespan = std::max(makespan, st.end_s());
   }
+  if (stages > 1) {
+    // A pipeline plan: its starts and makespan are its 1F1B schedule's, and every stage-0 GPU's
+    // memory in flight fits (DESIGN section 4.5).
+    if constexpr (pipeline_cost_model<C>) {
+      bool placed = true;
+      for (const auto& st : p.steps) placed = placed && st.ranks.first >= 0 && st.ranks.size > 0 && st.ranks.end() <= n;
+      if (!placed) return out;  // reported above
+      pipeline_timeline timeline;
+      try {
+        timeline = schedule_pipeline(p, pipeline_times(p, cost), stages);
+      } catch (const error& e) {
+        fail(e.what());
+        return out;
+      }
+      for (std::size_t i = 0; i < p.steps.size(); ++i)
+        if (!close(p.steps[i].start_s, timeline.forward_of(i, 0).start_s))
+          fail("step " + std::to_string(i) + " starts at " + std::to_string(p.steps[i].start_s) +
+               " s, its forward on stage 0 at " + std::to_string(timeline.forward_of(i, 0).start_s) + " s");
+      std::vector<double> own;
+      for (const auto& st : p.steps) own.push_back(st.memory_bytes);
+      const auto held = in_flight_memory(p, own, cost.static_memory(), stages);
+      for (std::size_t i = 0; i < held.size(); ++i)
+        if (held[i] > cost.capacity() * (1 + 1e-12))
+          fail("step " + std::to_string(i) + ": memory in flight on stage 0 " + std::to_string(held[i]) +
+               " B over capacity " + std::to_string(cost.capacity()));
+      makespan = timeline.makespan_s;
+    } else {
+      fail("pp = " + std::to_string(stages) + " on a cost model that prices no stage transfer");
+    }
+    busy.assign(busy.size(), {});  // stages interleave micro-batches: the schedule above decides
+  }
   // Rounds are barriers: a step starts after every step of every earlier round has ended.
   if (p.speeds.size() != 0 && p.speeds.size() != static_cast<std::size_t>(n))
     fail(std::to_string(p.speeds.size()) + " speed factors for " + std::to_string(n) + " GPUs");
@@ -144,7 +180,7 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
     fail("the plan has no speed factors for a cluster whose nodes run at different speeds");
   std::map<int, double> round_end;  // round -> latest end of its steps
   for (const auto& st : p.steps) round_end[st.round] = std::max(round_end[st.round], st.end_s());
-  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+  for (std::size_t i = 0; i < p.steps.size() && stages == 1; ++i) {
     const auto& st = p.steps[i];
     double barrier = 0;
     for (auto it = round_end.begin(); it != round_end.end() && it->first < st.round; ++it) barrier = std::max(barrier, it->second);

@@ -144,6 +144,7 @@ class dcp_planning {
       }
     }
     uniform_ = speeds_.empty() && classes() == 1;
+    if constexpr (pipeline_cost_model<C>) static_bytes_ = cost_.static_memory();
   }
 
   plan run(std::span<const sequence> batch, loss_normalization norm, infeasible_policy policy,
@@ -213,10 +214,8 @@ class dcp_planning {
     k_pref_.clear();
     for (std::size_t c = 0; c < classes(); ++c)
       for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp, c).value_or(cost_.blocks()));
-    token_room_.clear();
-    if constexpr (memory_by_tokens)
-      for (std::size_t c = 0; c < classes(); ++c)
-        for (std::size_t l = 0; l < sps_.size(); ++l) token_room_.push_back(token_room(l, c));
+    if constexpr (pipeline_cost_model<C>) in_flight_ = cost_.layout().pp;
+    pack_in_flight(in_flight_);
     // Once: every candidate plan shares them. Under selective recompute the bounds' options are
     // the items' own.
     bounds_ = bounds_on(groups_);
@@ -288,6 +287,30 @@ class dcp_planning {
           attempt(target, target, level, true);
         }
       }
+      // Pipelines (pp > 1): a long micro-batch holds every later stage up as it passes, so caps
+      // of a fraction of the fair share split long sequences over wider blocks; the pipelined
+      // makespan picks the fraction.
+      if (const int stages = cost_.layout().pp; stages > 1) {
+        // Pipelines: a long micro-batch holds every later stage up as it passes, and the bubble
+        // is (P - 1) micro-batches long. Caps of a fraction of the fair share split long
+        // sequences over wider blocks; packing rooms of 1/P, 1/2P, 1/4P and 1/8P of the
+        // activation memory make micro-batches smaller, each costing a little efficiency. The
+        // pipelined makespan picks: first the cap, then the room at that cap.
+        double best_f = 0;
+        for (double f : {0.5, 0.25, 0.125, 0.0625, 0.03125}) {
+          const double before = best.makespan_s;
+          attempt(share_ * f, 0, 0, false);
+          if (best.makespan_s < before) best_f = f;
+        }
+        int best_in_flight = in_flight_;
+        for (int room : {2, 4, 8}) {
+          pack_in_flight(stages * room);
+          const double before = best.makespan_s;
+          for (double f : {best_f > 0 ? best_f : 0.5, best_f > 0 ? best_f / 2 : 0.25}) attempt(share_ * f, 0, 0, false);
+          if (best.makespan_s < before) best_in_flight = in_flight_;
+        }
+        pack_in_flight(best_in_flight);
+      }
       setup(best_cap_, best_fluid_, best_uniform_);
       best = widen_critical(std::move(best), method, norm);
     }
@@ -333,9 +356,27 @@ class dcp_planning {
   }
   int k_pref(std::size_t c, std::size_t l) const { return k_pref_[c * sps_.size() + l]; }
 
+  /// Packs steps as if `count` like them were in flight (`fits_in_flight`), and the token rooms
+  /// with it.
+  void pack_in_flight(int count) {
+    in_flight_ = count;
+    token_room_.clear();
+    if constexpr (memory_by_tokens)
+      for (std::size_t c = 0; c < classes(); ++c)
+        for (std::size_t l = 0; l < sps_.size(); ++l) token_room_.push_back(token_room(l, c));
+  }
+
+  /// Whether a step of `memory` bytes packs within `capacity`: under pp > 1 with P - 1 more like it
+  /// in flight (1F1B's stage 0), so packed micro-batches run without recomputation in the
+  /// pipeline; a sequence too long for that still runs alone in a step of its own.
+  bool fits_in_flight(double memory, double capacity) const noexcept {
+    if (in_flight_ == 1) return memory <= capacity;
+    return static_bytes_ + in_flight_ * (memory - static_bytes_) <= capacity;
+  }
+
   /// With `memory_by_tokens`: the most tokens (a double) with which a step on sps_[l] fits at its
-  /// preferred recompute level in class c (-inf when none does). Memory grows with the tokens, so
-  /// for every load `l.tokens <= room` is exactly `memory(l, sp, k) <= capacity`.
+  /// preferred recompute level in class c (-inf when none does), as `fits_in_flight` counts. Memory grows with the
+  /// tokens, so for every load `l.tokens <= room` is exactly `memory(l, sp, k) <= capacity`.
   double token_room(std::size_t l, std::size_t c) const {
     const auto memory = cost_.memory_at(sps_[l]);
     const int k = k_pref(c, l);
@@ -343,7 +384,7 @@ class dcp_planning {
     auto fits = [&](std::uint64_t bits) {
       load_t x{};
       x.tokens = std::bit_cast<double>(bits);
-      return memory(x, k) <= capacity;
+      return fits_in_flight(memory(x, k), capacity);
     };
     if (!fits(0)) return -std::numeric_limits<double>::infinity();
     // Non-negative doubles are ordered as their bit patterns: bisect those (+inf never fits).
@@ -387,9 +428,11 @@ class dcp_planning {
     if constexpr (memory_by_tokens)
       return [room = token_room_[c * sps_.size() + sp_index(sp)]](const load_t& l) { return l.tokens <= room; };
     else if constexpr (requires { cost_.memory_at(sp)(std::declval<const load_t&>(), k); })
-      return [memory = cost_.memory_at(sp), k, capacity](const load_t& l) { return memory(l, k) <= capacity; };
+      return [this, memory = cost_.memory_at(sp), k, capacity](const load_t& l) {
+        return fits_in_flight(memory(l, k), capacity);
+      };
     else
-      return [this, sp, k, capacity](const load_t& l) { return cost_.memory(l, sp, k) <= capacity; };
+      return [this, sp, k, capacity](const load_t& l) { return fits_in_flight(cost_.memory(l, sp, k), capacity); };
   }
   /// Options on the largest block of each size (the class a block of it has at most).
   std::vector<sequence_option> options(const load_t& l) const {
@@ -645,6 +688,7 @@ class dcp_planning {
   plan build(const std::string& method, loss_normalization norm, double target) {
     const G& groups = groups_;
     plan_builder<C> b(cost_, method, stragglers_);
+    b.order_pipeline(pipeline_order::short_ends);
     std::vector<std::vector<std::size_t>> by_sp(sps_.size());
     for (std::size_t i = 0; i < items_.size(); ++i) by_sp[sp_index(sp_of(items_[i]))].push_back(i);
 
@@ -962,6 +1006,8 @@ class dcp_planning {
   std::vector<int> sps_;
   std::vector<int> k_pref_;              // per class and legal sp: `k_pref`
   std::vector<double> token_room_;       // per class and legal sp, with memory_by_tokens: `token_room`
+  int in_flight_ = 1;                    // micro-batches a packed step shares memory with: pp, or more
+  double static_bytes_ = 0;              // the cost model's static memory (under pp > 1)
   std::vector<std::int64_t> level_cap_;  // per legal sp: tokens of the largest step at the preferred recompute level
   std::size_t fluid_ = 0;                 // index into sps_ of the fluid level
   std::size_t best_fluid_ = 0;            // and the best candidate's

@@ -123,7 +123,9 @@ inline std::uint64_t batch_digest(std::span<const sequence> batch) noexcept {
 /// groups, the group manager's blocks of sp ranks (D = N / sp for buddy blocks; ranks in no block
 /// stay idle), micro-batch j of an iteration on block j, one micro-batch per group per iteration,
 /// every iteration a round of its own that starts when the previous one's slowest group finishes
-/// (the gradient all-reduce is a barrier). Every step checkpoints `k` blocks.
+/// (the gradient all-reduce is a barrier). Under pp > 1 a group runs its micro-batches as one 1F1B
+/// pipeline with the gradient all-reduce after the last (Megatron's gradient accumulation over a
+/// fixed micro-batch count): one round. Every step checkpoints `k` blocks.
 template <cost_model C, group_manager G>
 void deal_synchronised(plan_builder<C>& builder, const G& groups, const std::vector<std::vector<sequence>>& micro,
                        int sp, int k) {
@@ -131,7 +133,7 @@ void deal_synchronised(plan_builder<C>& builder, const G& groups, const std::vec
   check(d > 0, errc::invalid_argument,
         [&] { return "the group manager offers no block of sp = " + std::to_string(sp) + "; tune on its blocks"; });
   for (std::size_t first = 0; first < micro.size(); first += static_cast<std::size_t>(d)) {
-    if (first > 0) builder.barrier();
+    if (first > 0 && builder.layout().pp == 1) builder.barrier();
     for (int g = 0; g < d && first + static_cast<std::size_t>(g) < micro.size(); ++g)
       builder.place(builder.make_step(micro[first + static_cast<std::size_t>(g)], groups.block(sp, g), k));
   }

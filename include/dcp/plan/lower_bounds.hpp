@@ -35,8 +35,25 @@ double fastest_block_speed(std::span<const double> speeds, const G& groups, int 
 struct batch_bounds {
   double simple_s = 0;  ///< max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) )
   double joint_s = 0;   ///< the least T with every sequence on an sp it finishes alone within T and those floors in N T
+  double busy_s = 0;    ///< the simple bound's busy term, max( sum_i W_i, sum_i share_i ) / N
+  double shortest_s = 0;  ///< min_i min_sp t_i(sp, kmin_i(sp)): no step of the batch is shorter
+  double longest_s = 0;   ///< max_i min_sp t_i(sp, kmin_i(sp))
   friend bool operator==(const batch_bounds&, const batch_bounds&) = default;
 };
+
+/// The bounds of a batch run as micro-batches of a `stages`-stage 1F1B pipeline (DESIGN section
+/// 4.5), from its bounds on one stage `b`: every unit that works waits for its first forward to
+/// reach the last stage and its last backward to come back, at least (P - 1) (f_min + b_min) =
+/// (P - 1) 11/12 t_min (a forward is 1/4 to 1/3 of a stage time, a backward the rest), on top of
+/// its busy time, which is at least the busy or the joint bound; and the micro-batch that holds a
+/// sequence runs on all P stages in turn, P t_i. `b` itself when stages = 1.
+inline batch_bounds pipelined(batch_bounds b, int stages) noexcept {
+  if (stages <= 1) return b;
+  const double P = stages, bubble = (P - 1) * 11.0 / 12.0 * b.shortest_s, through = P * b.longest_s;
+  b.simple_s = std::max(b.busy_s + bubble, through);
+  b.joint_s = std::max({b.joint_s + bubble, through, b.simple_s});
+  return b;
+}
 
 /// Lower bounds of DESIGN section 3 for a set of (feasible) sequences.
 /// Simple: max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
@@ -111,7 +128,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     else
       return o.time_s;
   };
-  double work = 0, longest = 0, shares = 0;
+  double work = 0, longest = 0, shares = 0, shortest = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < count; ++i) {
     if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
       const priced p = seen[i] = seen[j];
@@ -120,6 +137,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       if (p.first < p.last) shares += terms[p.first].share;
       work += p.w;
       longest = std::max(longest, p.t);
+      shortest = std::min(shortest, p.t);
       continue;
     }
     const auto& load = load_at(i);
@@ -166,8 +184,12 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     shares += share;
     work += w;
     longest = std::max(longest, t);
+    shortest = std::min(shortest, t);
   }
   batch_bounds out;
+  out.busy_s = std::max(work, shares) / capacity;
+  out.longest_s = longest;
+  out.shortest_s = std::isfinite(shortest) ? shortest : 0;
   // zero3: no step is shorter than its gather floor, and a step holds at most x_max tokens per
   // unit, so the batch needs at least sum_i share_i unit-seconds (DESIGN section 3).
   out.simple_s = std::max({work / capacity, longest, shares / capacity});

@@ -5,7 +5,8 @@
 /// member), and finishes the plan (order, makespan, lower bound, loss weights, skipped).
 /// With per-GPU speed factors, or on a cluster whose nodes differ in speed (`job_speeds`), a step
 /// lasts its cost model time over its slowest member's speed; `barrier()` starts a new round
-/// (every later step waits for every earlier one to end).
+/// (every later step waits for every earlier one to end). Under pp > 1 `finish` makes the plan a
+/// 1F1B pipeline plan (`pipeline_plan`) in the order `order_pipeline` names.
 
 #include <algorithm>
 #include <cmath>
@@ -19,43 +20,12 @@
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/loss_weights.hpp>
 #include <dcp/plan/lower_bounds.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/speeds.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {
-
-/// Throws `dcp::error(errc::invalid_argument)` unless `speeds` is empty or holds one positive,
-/// finite factor per GPU of `gpus`.
-inline void validate_speeds(std::span<const double> speeds, int gpus) {
-  if (speeds.empty()) return;
-  check(speeds.size() == static_cast<std::size_t>(gpus), errc::invalid_argument, [&] {
-    return std::to_string(speeds.size()) + " GPU speed factors for " + std::to_string(gpus) +
-           " GPUs; give one per GPU, or none (all 1)";
-  });
-  for (std::size_t r = 0; r < speeds.size(); ++r)
-    check(std::isfinite(speeds[r]) && speeds[r] > 0, errc::invalid_argument, [&] {
-      return "speed factor " + std::to_string(speeds[r]) + " of GPU " + std::to_string(r) +
-             " must be positive and finite (1 = nominal, 0.8 = 20% slow)";
-    });
-}
-
-/// The speed of every unit of a job: its node's device speed (`parallel_layout::unit_speeds`)
-/// times its straggler factor in `stragglers` (empty = all 1). Empty when both are all 1.
-inline std::vector<double> job_speeds(const parallel_layout& layout, std::span<const double> stragglers) {
-  validate_speeds(stragglers, layout.units());
-  std::vector<double> out = layout.unit_speeds();
-  if (out.empty()) return {stragglers.begin(), stragglers.end()};
-  for (std::size_t u = 0; u < stragglers.size(); ++u) out[u] *= stragglers[u];
-  return out;
-}
-
-/// The slowest speed factor of `b`'s members (1 without factors): a gang step runs at its pace.
-inline double block_speed(std::span<const double> speeds, rank_block b) noexcept {
-  if (speeds.empty()) return 1.0;
-  double v = speeds[static_cast<std::size_t>(b.first)];
-  for (int r = b.first + 1; r < b.end(); ++r) v = std::min(v, speeds[static_cast<std::size_t>(r)]);
-  return v;
-}
 
 template <cost_model C>
 class plan_builder {
@@ -125,6 +95,12 @@ class plan_builder {
 
   void skip(std::vector<skipped_sequence> skipped) { plan_.skipped = std::move(skipped); }
 
+  /// The job's layout (the cost model's).
+  const parallel_layout& layout() const noexcept { return plan_.layout; }
+
+  /// How `finish` orders each unit's micro-batches under pp > 1 (`as_placed` unless set).
+  void order_pipeline(pipeline_order order) noexcept { order_ = order; }
+
   /// Orders steps by (round, start, first rank), sets makespan, lower bounds and loss weights;
   /// the bounds over the sizes `groups` offers (the blocks the plan was placed on), so a plan on
   /// sizes buddy blocks lack is never held to a bound that cannot use them.
@@ -143,10 +119,21 @@ class plan_builder {
     });
     std::sort(plan_.skipped.begin(), plan_.skipped.end(),
               [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
+    const int stages = cost_.layout().pp;
     plan_.makespan_s = 0;
-    for (const auto& s : plan_.steps) plan_.makespan_s = std::max(plan_.makespan_s, s.end_s());
-    plan_.lower_bound_s = bounds.simple_s;
-    plan_.joint_lower_bound_s = bounds.joint_s;
+    if (stages > 1) {
+      if constexpr (pipeline_cost_model<C>)
+        pipeline_plan(plan_, cost_, order_);
+      else
+        throw error(errc::invalid_argument, "the layout has pp = " + std::to_string(stages) +
+                                                " pipeline stages, but its cost model prices no stage transfer; "
+                                                "plan pipelines on a pipeline_cost_model (analytic_cost)");
+    } else {
+      for (const auto& s : plan_.steps) plan_.makespan_s = std::max(plan_.makespan_s, s.end_s());
+    }
+    const batch_bounds staged = pipelined(bounds, stages);
+    plan_.lower_bound_s = staged.simple_s;
+    plan_.joint_lower_bound_s = staged.joint_s;
     assign_loss_weights(plan_, norm);
     return std::move(plan_);
   }
@@ -156,6 +143,7 @@ class plan_builder {
   std::vector<double> free_;
   int round_ = 0;
   double barrier_s_ = 0;
+  pipeline_order order_ = pipeline_order::as_placed;
   plan plan_;
 };
 

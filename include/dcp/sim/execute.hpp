@@ -16,6 +16,11 @@
 ///     charged as a third of its time (the forward pass up to where activations peak) plus a
 ///     re-run with every block checkpointed; it keeps its true memory so the peak shows it;
 ///   - the batch ends when the last GPU finishes.
+/// Under pp > 1 (DESIGN section 4.5) a step is a micro-batch: the same true time on every stage,
+/// split into forward and backward by `forward_share`, the truth's `stage_transfer` between
+/// stages, every start re-derived from the 1F1B schedule's dependencies (`schedule_pipeline`);
+/// a step runs out of memory when its stage-0 GPUs' memory in flight (`in_flight_memory`, true
+/// memories) exceeds the capacity.
 ///
 /// Interfaces other code builds on (kept stable): `execution execute(plan, truth, batch_index)`,
 /// `simulate(cost, planner, batches, truth, options)`.
@@ -30,6 +35,8 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/plan/lower_bounds.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
@@ -82,47 +89,79 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return p.steps[a].round < p.steps[b].round; });
 
-  std::vector<double> free(static_cast<std::size_t>(n), 0.0);
   std::vector<sequence> planned;
   const std::vector<double> speeds = job_speeds(t.model.layout(), t.speeds);
-  double barrier = 0, round_end = 0, makespan = 0;
-  int round = order.empty() ? 0 : p.steps[order.front()].round;
   const int L = t.model.blocks();
-  for (std::size_t i : order) {
+  const int stages = t.model.layout().pp;
+  // True time (before any out-of-memory re-run), memory and load of every step.
+  std::vector<double> seconds(p.steps.size()), memory(p.steps.size());
+  std::vector<typename T::load_type> loads(p.steps.size());
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const plan_step& s = p.steps[i];
     check(s.ranks.first >= 0 && s.ranks.size > 0 && s.ranks.end() <= n, errc::invalid_argument, [&] {
       return "plan step " + std::to_string(i) + " runs on ranks [" + std::to_string(s.ranks.first) + ", " +
              std::to_string(s.ranks.end()) + ") outside the " + std::to_string(n) + " GPUs";
     });
-    if (s.round != round) barrier = std::max(barrier, round_end), round = s.round;
     const auto seqs = sequences_of(s);
     planned.insert(planned.end(), seqs.begin(), seqs.end());
-    typename T::load_type load{};
-    for (const auto& q : seqs) load = load + t.model.load_of(q);
-    const double slow = block_speed(speeds, s.ranks);
-    const double jitter = jitter_factor(t.jitter, t.seed, batch_index, i);
-    const int k = s.checkpointed_blocks;
-    double seconds = time_with_ring(t.model, load, s.sp(), k, s.ring);
-    const double memory = t.model.memory(load, s.sp(), k);
-    if (memory > capacity_on(t.model, s.ranks)) {
+    for (const auto& q : seqs) loads[i] = loads[i] + t.model.load_of(q);
+    seconds[i] = time_with_ring(t.model, loads[i], s.sp(), s.checkpointed_blocks, s.ring);
+    memory[i] = t.model.memory(loads[i], s.sp(), s.checkpointed_blocks);
+  }
+  // Out of memory: a step's own memory, or under pp its stage-0 GPUs' memory in flight.
+  std::vector<double> held = memory;
+  if (stages > 1) {
+    if constexpr (pipeline_cost_model<T>) held = in_flight_memory(p, memory, t.model.static_memory(), stages);
+  }
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const plan_step& s = p.steps[i];
+    if (held[i] > capacity_on(t.model, s.ranks)) {
       out.oom[i] = 1, ++out.oom_steps;
-      seconds = seconds / 3 + time_with_ring(t.model, load, s.sp(), L, s.ring);
+      seconds[i] = seconds[i] / 3 + time_with_ring(t.model, loads[i], s.sp(), L, s.ring);
     }
-    if (!speeds.empty()) seconds /= slow;
-    if (t.jitter != 0) seconds *= jitter;
-
-    double start = barrier;
-    for (int r = s.ranks.first; r < s.ranks.end(); ++r) start = std::max(start, free[static_cast<std::size_t>(r)]);
+    if (!speeds.empty()) seconds[i] /= block_speed(speeds, s.ranks);
+    if (t.jitter != 0) seconds[i] *= jitter_factor(t.jitter, t.seed, batch_index, i);
     plan_step& e = out.executed.steps[i];
-    e.start_s = start, e.time_s = seconds, e.memory_bytes = memory;
-    const double end = e.end_s();
-    for (int r = s.ranks.first; r < s.ranks.end(); ++r) free[static_cast<std::size_t>(r)] = end;
-    round_end = std::max(round_end, end);
-    makespan = std::max(makespan, end);
+    e.time_s = seconds[i], e.memory_bytes = memory[i];
+  }
+  double makespan = 0;
+  if (stages > 1) {
+    if constexpr (pipeline_cost_model<T>) {
+      std::vector<pipeline_step_times> times;
+      times.reserve(p.steps.size());
+      for (std::size_t i = 0; i < p.steps.size(); ++i) {
+        const double f = seconds[i] * forward_share(L, p.steps[i].checkpointed_blocks);
+        times.push_back({f, seconds[i] - f, t.model.stage_transfer(loads[i], p.steps[i].sp())});
+      }
+      const pipeline_timeline timeline = schedule_pipeline(p, times, stages);
+      for (std::size_t i = 0; i < p.steps.size(); ++i)
+        out.executed.steps[i].start_s = timeline.forward_of(i, 0).start_s;
+      makespan = timeline.makespan_s;
+    } else {
+      throw error(errc::invalid_argument,
+                  "the truth's layout has pp = " + std::to_string(stages) +
+                      " but its cost model prices no stage transfer; use a pipeline_cost_model");
+    }
+  } else {
+    std::vector<double> free(static_cast<std::size_t>(n), 0.0);
+    double barrier = 0, round_end = 0;
+    int round = order.empty() ? 0 : p.steps[order.front()].round;
+    for (std::size_t i : order) {
+      const plan_step& s = p.steps[i];
+      if (s.round != round) barrier = std::max(barrier, round_end), round = s.round;
+      double start = barrier;
+      for (int r = s.ranks.first; r < s.ranks.end(); ++r) start = std::max(start, free[static_cast<std::size_t>(r)]);
+      plan_step& e = out.executed.steps[i];
+      e.start_s = start;
+      const double end = e.end_s();
+      for (int r = s.ranks.first; r < s.ranks.end(); ++r) free[static_cast<std::size_t>(r)] = end;
+      round_end = std::max(round_end, end);
+      makespan = std::max(makespan, end);
+    }
   }
   out.executed.makespan_s = makespan;
   out.executed.speeds = speeds;
-  const batch_bounds bounds = lower_bounds(t.model, planned, speeds);
+  const batch_bounds bounds = pipelined(lower_bounds(t.model, planned, speeds), stages);
   out.executed.lower_bound_s = bounds.simple_s;
   out.executed.joint_lower_bound_s = bounds.joint_s;
   return out;

@@ -20,6 +20,9 @@ struct plan_metrics {
   double joint_lower_bound_s = 0;  ///< DESIGN section 3 joint lower bound (the plan's `bound_s()`)
   double busy_s = 0;             ///< GPU-seconds of all steps (sum over ranks)
   double imbalance = 0;          ///< mean over ranks of (makespan - busy_r) / makespan
+  /// Seconds even the busiest rank waits, makespan - max_r busy_r: under pp > 1 its pipelines'
+  /// fill, drain and stalls (the pipeline bubble), under pp = 1 its gang waits and barriers.
+  double bubble_s = 0;
   double peak_memory_bytes = 0;  ///< the largest step memory
   std::int64_t sequences = 0;    ///< planned sequences
   std::int64_t tokens = 0;       ///< planned model tokens
@@ -42,7 +45,9 @@ inline plan_metrics measure(const plan& p, std::vector<double>* busy = nullptr) 
     for (const auto& q : s.sequences) ++m.sequences, m.tokens += q.tokens;
   }
   double idle = 0;
-  for (double b : per_rank) m.busy_s += b, idle += p.makespan_s - b;
+  double busiest = 0;
+  for (double b : per_rank) m.busy_s += b, idle += p.makespan_s - b, busiest = std::max(busiest, b);
+  m.bubble_s = std::max(0.0, p.makespan_s - busiest);
   if (p.makespan_s > 0 && !per_rank.empty()) m.imbalance = idle / static_cast<double>(per_rank.size()) / p.makespan_s;
   if (busy) *busy = per_rank;
   return m;
@@ -72,6 +77,8 @@ struct run_metrics {
   double efficiency = 1;        ///< joint_lower_bound_s / makespan_s
   double simple_efficiency = 1; ///< lower_bound_s / makespan_s
   double imbalance = 0;         ///< mean over batches of the plan imbalance
+  double bubble_s = 0;          ///< summed plan `bubble_s`: the busiest rank's waits
+  double bubble = 0;            ///< bubble_s / makespan_s
   double peak_memory_bytes = 0; ///< the largest step memory of the run
   double plan_seconds = 0;      ///< mean wall-clock seconds to plan one batch
   double plan_seconds_max = 0;  ///< the slowest batch to plan
@@ -98,6 +105,7 @@ struct run_metrics {
     sequences += m.sequences, tokens += m.tokens, skipped += m.skipped, steps += m.steps, oom_steps += oom;
     makespan_s += m.makespan_s, lower_bound_s += m.lower_bound_s, joint_lower_bound_s += m.joint_lower_bound_s;
     imbalance_sum_ += m.imbalance;
+    bubble_s += m.bubble_s;
     plan_seconds_sum_ += seconds;
     plan_seconds_max = std::max(plan_seconds_max, seconds);
     if (groups_of_.size() < static_cast<std::size_t>(p.gpus)) groups_of_.resize(static_cast<std::size_t>(p.gpus));
@@ -142,6 +150,7 @@ struct run_metrics {
     efficiency = makespan_s > 0 ? joint_lower_bound_s / makespan_s : 1;
     simple_efficiency = makespan_s > 0 ? lower_bound_s / makespan_s : 1;
     imbalance = batches > 0 ? imbalance_sum_ / static_cast<double>(batches) : 0;
+    bubble = makespan_s > 0 ? bubble_s / makespan_s : 0;
     plan_seconds = batches > 0 ? plan_seconds_sum_ / static_cast<double>(batches) : 0;
     idle_s.resize(busy_s.size());
     for (std::size_t r = 0; r < busy_s.size(); ++r) idle_s[r] = makespan_s - busy_s[r];

@@ -21,7 +21,10 @@
 /// the "speeds" count units, unit u being GPUs [u tp, (u + 1) tp). A Ulysses x Ring step carries
 /// "ring" (absent: 1), so sp = (sp / ring) x ring. On a cluster of named nodes the layout also
 /// lists them, one per node in rank order: "nodes": [{"name": "h100", "speed": 1,
-/// "capacity_bytes": 7.2e10}, ...] (absent where the nodes are the cost model's device).
+/// "capacity_bytes": 7.2e10}, ...] (absent where the nodes are the cost model's device). A job
+/// with pipeline stages has "pp" in its layout (absent: 1); its steps are micro-batches, each
+/// unit's in its 1F1B order (the order of the steps it is in), "start_s" its forward's start on
+/// stage 0 and "time_s" its time on one stage (DESIGN section 4.5).
 /// Plans made on a `cost_sum` (a trained model plus frozen forward networks, DESIGN 9.4) name
 /// the trained model under "model" and "device" and list the networks after them under
 /// "frozen", each with every constant of `forward_network`:
@@ -151,6 +154,7 @@ inline constexpr std::string_view plan_format = "dcp.plan/v3";
 inline nlohmann::ordered_json to_json(const parallel_layout& l) {
   nlohmann::ordered_json out = {{"gpus", l.gpus}, {"gpus_per_node", l.gpus_per_node},  {"tp", l.tp},
                                 {"ep", l.ep},     {"sharding", to_string(l.sharding)}, {"ring", l.ring}};
+  if (l.pp > 1) out["pp"] = l.pp;  // pipeline stages; absent = 1
   if (!l.nodes.empty()) {
     auto& nodes = out["nodes"] = nlohmann::ordered_json::array();
     for (const auto& d : l.nodes)
@@ -259,6 +263,7 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
         fail("field 'layout sharding' = " + sharding.dump() + " is not replicated, zero1 or zero3");
       }
       l.ring = static_cast<int>(integer(at(jl, "ring", "\"layout\""), "layout ring", 1, int_max));
+      if (jl.contains("pp")) l.pp = static_cast<int>(integer(jl.at("pp"), "layout pp", 1, int_max));
       if (jl.contains("nodes")) {
         const auto& nodes = jl.at("nodes");
         if (!nodes.is_array()) fail("field 'layout nodes' is not an array");

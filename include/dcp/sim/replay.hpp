@@ -70,7 +70,7 @@ void check_replay(const plan_document& doc, std::string_view source, const C& co
     std::ostringstream made, here;
     made << doc.layout, here << run;
     need(doc.layout == run, "made for " + made.str() + ", this run has " + here.str(),
-         "pass the same --tp, --ep, --sharding and --ring, or " + same_run);
+         "pass the same --tp, --ep, --sharding, --ring and --pp, or " + same_run);
   }
   need(doc.model == job.model, "made for model '" + doc.model + "', this run plans '" + job.model + "'",
        "pass --model " + doc.model + " or " + same_run);
@@ -90,8 +90,11 @@ void check_replay(const plan_document& doc, std::string_view source, const C& co
     std::string list;
     for (std::size_t i = 0; i < v.size() && i < 3; ++i) list += (i ? "; " : "") + v[i];
     if (v.size() > 3) list += "; and " + std::to_string(v.size() - 3) + " more";
-    need(false, "batch " + std::to_string(b) + " is not a valid plan of this run's batch " + std::to_string(b) + " (" + list + ")",
-         "it was made for another model, layout (--tp, --ep, --sharding, --ring, --frozen), dataset or seed; " + same_run);
+    need(false,
+         "batch " + std::to_string(b) + " is not a valid plan of this run's batch " + std::to_string(b) + " (" + list +
+             ")",
+         "it was made for another model, layout (--tp, --ep, --sharding, --ring, --pp, --frozen), dataset or seed; " +
+             same_run);
   }
 }
 

@@ -1,0 +1,208 @@
+#pragma once
+/// \file
+/// `pipeline_plan`: turns a plan placed on one stage's units into a 1F1B pipeline plan (DESIGN
+/// section 4.5). Every planner's `plan_builder::finish` calls it when the layout has pp > 1.
+///
+///  1. Order: `as_placed` keeps the planner's order (the baselines: each unit its micro-batches
+///     in the order it was dealt them); `short_ends` (the dcp planner) gives every unit of a round
+///     a tent: every other one of its single-unit steps by length (the 1st, 3rd, ... shortest),
+///     shortest first, then its shared steps widest first (then by block, then placement), then
+///     its other single-unit steps longest first; a unit that shares a step takes q of the first
+///     kind, q the same for all of them (the least half, rounded up, of their single-unit steps).
+///     The pipeline fills and drains on short micro-batches, neighbours are alike (a micro-batch
+///     much longer than the next ones stalls stage 0 while it travels), and on nested blocks
+///     every two units reach the steps they share at the same places, so their 1F1B orders agree.
+///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
+///     min(P, p + 1) micro-batches; where their memory passes the capacity, the micro-batch of
+///     the window with the most bytes of its own checkpoints more blocks (the fewest that fit),
+///     then the next; where every one checkpoints all its blocks and the window still does not
+///     fit, a new round starts at the step (a pipeline flush: nothing is then in flight).
+///  3. Time: the schedule (`schedule_pipeline`) on the cost model's clock; where the orders
+///     deadlock, a new round starts at the first step that could not run. Each step's start is
+///     its forward's on stage 0, and the makespan the last backward's end.
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/speeds.hpp>
+#include <dcp/sequence.hpp>
+
+namespace dcp {
+
+/// How `pipeline_plan` orders each unit's micro-batches.
+enum class pipeline_order {
+  as_placed,   ///< the planner's order
+  short_ends,  ///< per round and unit: a tent of its single-unit steps around its shared steps, widest first
+};
+
+/// The load of a plan step's sequences under `cost`.
+template <cost_model C>
+typename C::load_type load_of_step(const C& cost, const plan_step& s) {
+  typename C::load_type load{};
+  for (const auto& q : s.sequences) load = load + cost.load_of(sequence{q.id, q.frames, q.spatial});
+  return load;
+}
+
+/// Forward, backward and transfer seconds of every step of `p`: its stage time split by
+/// `forward_share`, and the cost model's `stage_transfer`.
+template <pipeline_cost_model C>
+std::vector<pipeline_step_times> pipeline_times(const plan& p, const C& cost) {
+  std::vector<pipeline_step_times> out;
+  out.reserve(p.steps.size());
+  for (const auto& s : p.steps) {
+    const double f = s.time_s * forward_share(cost.blocks(), s.checkpointed_blocks);
+    out.push_back({f, s.time_s - f, cost.stage_transfer(load_of_step(cost, s), s.sp())});
+  }
+  return out;
+}
+
+namespace detail {
+/// Starts a new round at step `at` (plan order): it and the later steps of its round move to the
+/// next round, and every later round one on.
+inline void split_round(plan& p, std::size_t at) {
+  for (std::size_t j = at; j < p.steps.size(); ++j) ++p.steps[j].round;
+}
+
+/// `pipeline_order::short_ends` (the file comment), round by round; `p` is in round order.
+inline void order_short_ends(plan& p) {
+  std::vector<plan_step> out;
+  out.reserve(p.steps.size());
+  for (std::size_t a = 0; a < p.steps.size();) {
+    std::size_t b = a;
+    while (b < p.steps.size() && p.steps[b].round == p.steps[a].round) ++b;
+    std::vector<std::vector<std::size_t>> singles(static_cast<std::size_t>(p.gpus));
+    std::vector<char> shares(static_cast<std::size_t>(p.gpus), 0);
+    std::vector<std::size_t> shared;
+    for (std::size_t j = a; j < b; ++j) {
+      const plan_step& s = p.steps[j];
+      if (s.sp() == 1) {
+        singles[static_cast<std::size_t>(s.ranks.first)].push_back(j);
+      } else {
+        shared.push_back(j);
+        for (int u = s.ranks.first; u < s.ranks.end(); ++u) shares[static_cast<std::size_t>(u)] = 1;
+      }
+    }
+    // Prefix: every other single-unit step, shortest first (a[0], a[2], ...), at most q of them,
+    // q the same for every unit that shares a step; suffix: the rest, longest first.
+    std::size_t q = p.steps.size();
+    for (std::size_t u = 0; u < singles.size(); ++u)
+      if (shares[u]) q = std::min(q, (singles[u].size() + 1) / 2);
+    auto shorter = [&](std::size_t x, std::size_t y) {
+      return p.steps[x].time_s != p.steps[y].time_s ? p.steps[x].time_s < p.steps[y].time_s : x < y;
+    };
+    std::vector<std::size_t> order;
+    std::vector<std::vector<std::size_t>> rest(singles.size());
+    for (std::size_t u = 0; u < singles.size(); ++u) {
+      auto& list = singles[u];
+      std::sort(list.begin(), list.end(), shorter);
+      const std::size_t take = shares[u] ? q : (list.size() + 1) / 2;
+      for (std::size_t i = 0; i < list.size(); ++i) (i % 2 == 0 && i / 2 < take ? order : rest[u]).push_back(list[i]);
+    }
+    std::stable_sort(shared.begin(), shared.end(), [&](std::size_t x, std::size_t y) {
+      const plan_step &s = p.steps[x], &t = p.steps[y];
+      return s.sp() != t.sp() ? s.sp() > t.sp() : s.ranks.first < t.ranks.first;
+    });
+    order.insert(order.end(), shared.begin(), shared.end());
+    for (const auto& list : rest) order.insert(order.end(), list.rbegin(), list.rend());
+    for (std::size_t j : order) out.push_back(std::move(p.steps[j]));
+    a = b;
+  }
+  p.steps = std::move(out);
+}
+
+/// Re-prices step `s` with `k` checkpointed blocks.
+template <cost_model C>
+void checkpoint(plan_step& s, const C& cost, std::span<const double> speeds, int k) {
+  const auto load = load_of_step(cost, s);
+  s.checkpointed_blocks = k;
+  s.time_s = time_with_ring(cost, load, s.sp(), k, s.ring) / block_speed(speeds, s.ranks);
+  s.memory_bytes = cost.memory(load, s.sp(), k);
+}
+}  // namespace detail
+
+/// The pipeline plan of `p` (the file comment's three parts); `p` is sorted by (round, start,
+/// first unit) and its steps priced on `cost` and fitting its capacity alone.
+template <pipeline_cost_model C>
+void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
+  const int P = cost.layout().pp;
+  if (P <= 1 || p.steps.empty()) return;
+  if (order == pipeline_order::short_ends) detail::order_short_ends(p);
+
+  // 2. Memory in flight on stage 0, step by step in plan order.
+  const double stat = cost.static_memory(), cap = cost.capacity();
+  const int L = cost.blocks();
+  std::vector<std::deque<std::size_t>> window(static_cast<std::size_t>(p.gpus));  // the unit's last P - 1 steps
+  int round = p.steps.front().round;
+  for (std::size_t j = 0; j < p.steps.size(); ++j) {
+    if (p.steps[j].round != round) {
+      round = p.steps[j].round;
+      for (auto& w : window) w.clear();
+    }
+    for (bool fits = false; !fits;) {
+      fits = true;
+      for (int u = p.steps[j].ranks.first; u < p.steps[j].ranks.end() && fits; ++u) {
+        auto& w = window[static_cast<std::size_t>(u)];
+        auto held = [&] {
+          double sum = p.steps[j].memory_bytes;
+          for (std::size_t q : w) sum += p.steps[q].memory_bytes - stat;
+          return sum;
+        };
+        while (held() > cap) {
+          // The micro-batch of the window with the most bytes of its own that can checkpoint more.
+          std::size_t pick = j;
+          double most = -1;
+          auto consider = [&](std::size_t q) {
+            if (p.steps[q].checkpointed_blocks < L && p.steps[q].memory_bytes > most)
+              pick = q, most = p.steps[q].memory_bytes;
+          };
+          for (std::size_t q : w) consider(q);
+          consider(j);
+          if (most < 0) break;
+          plan_step& s = p.steps[pick];
+          const double others = held() - s.memory_bytes;
+          int k = s.checkpointed_blocks + 1;
+          const auto load = load_of_step(cost, s);
+          while (k < L && others + cost.memory(load, s.sp(), k) > cap) ++k;
+          detail::checkpoint(s, cost, p.speeds, k);
+        }
+        if (held() > cap && !w.empty()) {
+          // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).
+          detail::split_round(p, j);
+          round = p.steps[j].round;
+          for (auto& w2 : window) w2.clear();
+          fits = false;
+        }
+      }
+    }
+    for (int u = p.steps[j].ranks.first; u < p.steps[j].ranks.end(); ++u) {
+      auto& w = window[static_cast<std::size_t>(u)];
+      w.push_back(j);
+      if (w.size() > static_cast<std::size_t>(P - 1)) w.pop_front();
+    }
+  }
+
+  // 3. Time, with a flush wherever the orders deadlock.
+  pipeline_timeline timeline;
+  for (;;) {
+    pipeline_deadlock stuck{p.steps.size()};
+    timeline = schedule_pipeline(p, pipeline_times(p, cost), P, &stuck);
+    if (stuck.first_stuck == p.steps.size()) break;
+    // A round's first step is never the cause; split after it, so every split shrinks a round.
+    std::size_t at = stuck.first_stuck;
+    if (at == 0 || p.steps[at - 1].round != p.steps[at].round) ++at;
+    detail::split_round(p, at);
+  }
+  for (std::size_t j = 0; j < p.steps.size(); ++j) p.steps[j].start_s = timeline.forward_of(j, 0).start_s;
+  p.makespan_s = timeline.makespan_s;
+  std::stable_sort(p.steps.begin(), p.steps.end(), [](const plan_step& a, const plan_step& b) {
+    if (a.round != b.round) return a.round < b.round;
+    return a.start_s != b.start_s ? a.start_s < b.start_s : a.ranks.first < b.ranks.first;
+  });
+}
+
+}  // namespace dcp

@@ -1,0 +1,208 @@
+#pragma once
+/// \file
+/// The 1F1B pipeline schedule of a plan (DESIGN section 4.5): when every micro-batch runs its
+/// forward and its backward on every stage, and how much memory its stage-0 GPUs hold in flight.
+///
+/// Under pp > 1 a plan step is a micro-batch. It runs its forward through stages 0..P-1 and its
+/// backward through P-1..0 on the same units of every stage. Within a round every unit runs its
+/// steps, in plan order, as one 1F1B schedule per stage (Megatron's non-interleaved one): stage s
+/// of a unit with m steps first runs w = min(P - 1 - s, m) forwards, then alternates the next
+/// forward and the oldest backward, then runs the backwards left. An operation of a gang step
+/// starts when every member has reached it in its own order and is free on that stage, and its
+/// input has arrived: F(s) after F(s - 1) ended plus the transfer, B(s) after B(s + 1) ended plus
+/// the transfer, B(P - 1) after F(P - 1) ended. Rounds stay barriers: nothing of round r + 1
+/// starts before every operation of round r has ended. Orders that wait on each other (two
+/// members reaching two shared steps in different orders) deadlock; `schedule_pipeline` says so.
+///
+/// Memory: stage s of a unit holds the micro-batches whose forward has run there and whose
+/// backward has not; during the forward of its p-th step, 1F1B has run the backwards of all but
+/// the last min(P - s, p + 1) steps, so stage 0 holds the most. Its in-flight memory there is
+/// M_static + sum over that window of (M_j - M_static): every micro-batch's own bytes counted in
+/// full (its stored activations and its working set, an upper bound).
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dcp/error.hpp>
+#include <dcp/plan/plan.hpp>
+
+namespace dcp {
+
+/// The forward's share of a micro-batch's stage time with k of its L_s blocks checkpointed:
+/// L_s / (3 L_s + k). Section 4 prices a step as (3 + k / L) forwards of compute, (2 L + k) + L
+/// block passes of collectives and (3 L + k) of overhead: one L of them the forward's.
+inline double forward_share(int blocks, int k) noexcept { return static_cast<double>(blocks) / (3.0 * blocks + k); }
+
+/// One micro-batch's seconds on one stage: forward, backward, and one stage boundary's transfer.
+struct pipeline_step_times {
+  double forward_s = 0;
+  double backward_s = 0;
+  double transfer_s = 0;
+};
+
+/// When an operation ran.
+struct stage_span {
+  double start_s = 0;
+  double end_s = 0;
+  friend bool operator==(const stage_span&, const stage_span&) = default;
+};
+
+/// Every step's forward and backward on every stage.
+struct pipeline_timeline {
+  int stages = 1;
+  std::vector<stage_span> forward;   ///< [step * stages + stage]
+  std::vector<stage_span> backward;  ///< [step * stages + stage]
+  double makespan_s = 0;             ///< end of the last backward
+
+  const stage_span& forward_of(std::size_t step, int stage) const { return forward[step * stages + stage]; }
+  const stage_span& backward_of(std::size_t step, int stage) const { return backward[step * stages + stage]; }
+  friend bool operator==(const pipeline_timeline&, const pipeline_timeline&) = default;
+};
+
+namespace detail {
+/// Per round, in increasing order, each unit's steps in plan order.
+inline std::map<int, std::vector<std::vector<std::size_t>>> unit_lists(const plan& p) {
+  std::map<int, std::vector<std::vector<std::size_t>>> out;
+  for (std::size_t j = 0; j < p.steps.size(); ++j) {
+    const plan_step& s = p.steps[j];
+    auto& lists = out[s.round];
+    lists.resize(static_cast<std::size_t>(std::max(p.gpus, 0)));
+    for (int u = s.ranks.first; u < s.ranks.end(); ++u)
+      if (u >= 0 && u < p.gpus) lists[static_cast<std::size_t>(u)].push_back(j);
+  }
+  return out;
+}
+}  // namespace detail
+
+/// Thrown by `schedule_pipeline` as `errc::invalid_argument` when the plan's orders deadlock;
+/// `first_stuck` is the first step (in plan order) with an operation that never runs.
+struct pipeline_deadlock {
+  std::size_t first_stuck = 0;
+};
+
+/// The 1F1B timeline of `p` on `stages` stages (the file comment's rules), step j taking
+/// `times[j]`; `stuck` (when given) receives the first step that cannot run if the orders
+/// deadlock, and the function then returns the timeline so far with makespan 0. Without `stuck`,
+/// a deadlock throws a `dcp::error` naming that step.
+inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeline_step_times> times, int stages,
+                                           pipeline_deadlock* stuck = nullptr) {
+  const std::size_t n = p.steps.size();
+  check(times.size() == n && stages >= 1, errc::invalid_argument, [&] {
+    return std::to_string(times.size()) + " step times for " + std::to_string(n) + " steps on " +
+           std::to_string(stages) + " stages; give one per step, and at least one stage";
+  });
+  const std::size_t P = static_cast<std::size_t>(stages);
+  pipeline_timeline out;
+  out.stages = stages;
+  out.forward.assign(n * P, {});
+  out.backward.assign(n * P, {});
+  // Operation o = (step j, stage s, backward d): index (j P + s) 2 + d.
+  auto op = [P](std::size_t j, std::size_t s, int d) { return (j * P + s) * 2 + static_cast<std::size_t>(d); };
+  std::vector<int> arrived(n * P * 2, 0);
+  std::vector<char> input(n * P * 2, 0);       // its input has arrived
+  std::vector<double> input_at(n * P * 2, 0);  // when
+  std::vector<char> done(n * P * 2, 0);
+  double barrier = 0;
+  for (const auto& [round, lists] : detail::unit_lists(p)) {
+    const std::size_t units = lists.size();
+    // Each (stage, unit)'s operations in 1F1B order.
+    std::vector<std::vector<std::size_t>> order(P * units);
+    std::vector<std::size_t> at(P * units, 0);
+    std::vector<double> free(P * units, barrier);
+    for (std::size_t s = 0; s < P; ++s)
+      for (std::size_t u = 0; u < units; ++u) {
+        const auto& list = lists[u];
+        const std::size_t m = list.size(), w = std::min(P - 1 - s, m);
+        auto& seq = order[s * units + u];
+        seq.reserve(2 * m);
+        for (std::size_t i = 0; i < w; ++i) seq.push_back(op(list[i], s, 0));
+        for (std::size_t i = 0; i + w < m; ++i) seq.push_back(op(list[w + i], s, 0)), seq.push_back(op(list[i], s, 1));
+        for (std::size_t i = m - w; i < m; ++i) seq.push_back(op(list[i], s, 1));
+      }
+    std::vector<std::size_t> ready;
+    auto members = [&](std::size_t o) { return p.steps[o / 2 / P].ranks.size; };
+    auto arrive = [&](std::size_t o) {
+      if (++arrived[o] == members(o) && input[o]) ready.push_back(o);
+    };
+    auto feed = [&](std::size_t o, double when) {
+      input[o] = 1, input_at[o] = when;
+      if (arrived[o] == members(o)) ready.push_back(o);
+    };
+    // The round's steps, each once: its first forward's input is there at the barrier.
+    std::vector<std::size_t> steps;
+    for (const auto& list : lists) steps.insert(steps.end(), list.begin(), list.end());
+    std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    for (std::size_t j : steps) feed(op(j, 0, 0), barrier);
+    for (std::size_t i = 0; i < order.size(); ++i)
+      if (!order[i].empty()) arrive(order[i].front());
+    std::size_t ran = 0;
+    const std::size_t expected = 2 * P * steps.size();
+    double round_end = barrier;
+    while (!ready.empty()) {
+      const std::size_t o = ready.back();
+      ready.pop_back();
+      const std::size_t j = o / 2 / P, s = o / 2 % P;
+      const int d = static_cast<int>(o % 2);
+      const plan_step& st = p.steps[j];
+      double start = input_at[o];
+      for (int u = st.ranks.first; u < st.ranks.end(); ++u)
+        start = std::max(start, free[s * units + static_cast<std::size_t>(u)]);
+      const double end = start + (d == 0 ? times[j].forward_s : times[j].backward_s);
+      (d == 0 ? out.forward : out.backward)[j * P + s] = {start, end};
+      done[o] = 1, ++ran;
+      round_end = std::max(round_end, end);
+      for (int u = st.ranks.first; u < st.ranks.end(); ++u) {
+        const std::size_t i = s * units + static_cast<std::size_t>(u);
+        free[i] = end;
+        if (++at[i] < order[i].size()) arrive(order[i][at[i]]);
+      }
+      const double x = times[j].transfer_s;
+      if (d == 0)
+        s + 1 < P ? feed(op(j, s + 1, 0), end + x) : feed(op(j, s, 1), end);
+      else if (s > 0)
+        feed(op(j, s - 1, 1), end + x);
+    }
+    if (ran != expected) {
+      std::size_t first = n;
+      for (std::size_t j : steps)
+        if (!done[op(j, 0, 1)]) first = std::min(first, j);
+      if (stuck) {
+        stuck->first_stuck = first;
+        out.makespan_s = 0;
+        return out;
+      }
+      throw error(errc::invalid_argument,
+                  "the plan's pipeline schedule deadlocks in round " + std::to_string(round) + " at step " +
+                      std::to_string(first) +
+                      ": two units reach steps they share in different 1F1B orders; order each unit's steps "
+                      "alike, or start a new round");
+    }
+    barrier = round_end;
+  }
+  out.makespan_s = barrier;
+  return out;
+}
+
+/// Per step, the most memory any of its units' stage-0 GPUs hold while it runs its forward there:
+/// `static_bytes` plus, over the unit's window of in-flight steps ending at it (the last
+/// min(P, p + 1) of its round's steps), their `memory[j] - static_bytes` (the file comment).
+inline std::vector<double> in_flight_memory(const plan& p, std::span<const double> memory, double static_bytes,
+                                            int stages) {
+  std::vector<double> out(p.steps.size(), 0);
+  for (const auto& [round, lists] : detail::unit_lists(p))
+    for (const auto& list : lists)
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        double sum = static_bytes;
+        const std::size_t first = i + 1 >= static_cast<std::size_t>(stages) ? i + 1 - stages : 0;
+        for (std::size_t q = first; q <= i; ++q) sum += memory[list[q]] - static_bytes;
+        out[list[i]] = std::max(out[list[i]], sum);
+      }
+  return out;
+}
+
+}  // namespace dcp

@@ -1,0 +1,241 @@
+// Pipeline stages (DESIGN section 4.5): the 1F1B schedule against its closed form and against an
+// independent fixed-point solver of the same rules; every planner's plans on random pp > 1 jobs
+// valid (every sequence once, memory in flight within capacity, starts from the schedule, above
+// the pipeline bounds); orders that deadlock named and repaired by a flush; the executor on the
+// planner's own clock reproducing the plan; stage models and layouts that are wrong named.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/cost/device.hpp>
+#include <dcp/group/buddy_groups.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/packed_planner.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
+#include <dcp/plan/plan_builder.hpp>
+#include <dcp/sim/execute.hpp>
+#include <dcp/sim/truth.hpp>
+#include <dcp/workload/tuning.hpp>
+
+#include <dcp_test/support.hpp>
+
+namespace {
+
+// A plan of `units` units whose steps are the given blocks in order, all in round 0.
+dcp::plan plan_of(int units, const std::vector<dcp::rank_block>& blocks) {
+  dcp::plan p;
+  p.gpus = units;
+  for (const auto& b : blocks) {
+    dcp::plan_step s;
+    s.ranks = b;
+    p.steps.push_back(s);
+  }
+  return p;
+}
+
+// The same rules as `schedule_pipeline`, solved independently: each unit's 1F1B order written out
+// per stage, then every start raised to the latest of its predecessors until nothing moves (the
+// longest path of an acyclic graph; a cycle never settles within the bound and fails the test).
+std::vector<double> fixed_point_ends(const dcp::plan& p, std::span<const dcp::pipeline_step_times> t, int P) {
+  const std::size_t n = p.steps.size();
+  // op index: (j * P + s) * 2 + d
+  std::vector<std::vector<std::size_t>> before(n * P * 2);  // same-GPU predecessors
+  for (int u = 0; u < p.gpus; ++u) {
+    std::vector<std::size_t> list;
+    for (std::size_t j = 0; j < n; ++j)
+      if (p.steps[j].ranks.contains(u)) list.push_back(j);
+    const std::size_t m = list.size();
+    for (int s = 0; s < P; ++s) {
+      std::vector<std::size_t> seq;
+      const std::size_t w = std::min<std::size_t>(static_cast<std::size_t>(P - 1 - s), m);
+      std::size_t f = 0, b = 0;
+      while (f < w) seq.push_back((list[f++] * P + s) * 2);
+      while (f < m) seq.push_back((list[f++] * P + s) * 2), seq.push_back((list[b++] * P + s) * 2 + 1);
+      while (b < m) seq.push_back((list[b++] * P + s) * 2 + 1);
+      for (std::size_t i = 1; i < seq.size(); ++i) before[seq[i]].push_back(seq[i - 1]);
+    }
+  }
+  std::vector<double> end(n * P * 2, 0);
+  for (std::size_t pass = 0; pass <= n * P * 2 + 1; ++pass) {
+    bool moved = false;
+    for (std::size_t j = 0; j < n; ++j)
+      for (int s = 0; s < P; ++s)
+        for (int d = 0; d < 2; ++d) {
+          const std::size_t o = (j * P + s) * 2 + d;
+          double start = 0;
+          for (std::size_t q : before[o]) start = std::max(start, end[q]);
+          if (d == 0 && s > 0) start = std::max(start, end[(j * P + s - 1) * 2] + t[j].transfer_s);
+          if (d == 1 && s == P - 1) start = std::max(start, end[(j * P + s) * 2]);
+          if (d == 1 && s < P - 1) start = std::max(start, end[(j * P + s + 1) * 2 + 1] + t[j].transfer_s);
+          const double e = start + (d == 0 ? t[j].forward_s : t[j].backward_s);
+          if (e != end[o]) end[o] = e, moved = true;
+        }
+    if (!moved) return end;
+  }
+  ADD_FAILURE() << "the fixed point did not settle: the orders form a cycle";
+  return end;
+}
+
+TEST(PipelineSchedule, EqualMicroBatchesTakeTheClosedForm) {
+  // One unit, m equal micro-batches, no transfer: 1F1B lasts (m + P - 1)(f + b).
+  for (int P : {1, 2, 4, 8})
+    for (int m : {1, 2, 3, 7, 16}) {
+      const dcp::plan p = plan_of(1, std::vector<dcp::rank_block>(static_cast<std::size_t>(m), {0, 1}));
+      const std::vector<dcp::pipeline_step_times> t(static_cast<std::size_t>(m), {1.0, 2.0, 0.0});
+      const auto timeline = dcp::schedule_pipeline(p, t, P);
+      EXPECT_DOUBLE_EQ(timeline.makespan_s, (m + P - 1) * 3.0) << "P = " << P << ", m = " << m;
+    }
+}
+
+TEST(PipelineSchedule, MatchesAFixedPointSolverOnRandomNestedPlans) {
+  dcp_test::rng r(0x9e11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int units = 1 << r.between(0, 3), P = static_cast<int>(r.between(2, 6));
+    // Widest first on aligned blocks: the orders agree, so the schedule never deadlocks.
+    std::vector<dcp::rank_block> blocks;
+    for (int size = units; size >= 1; size /= 2)
+      for (int first = 0; first < units; first += size)
+        for (int c = static_cast<int>(r.between(0, 2)); c-- > 0;) blocks.push_back({first, size});
+    if (blocks.empty()) blocks.push_back({0, units});
+    const dcp::plan p = plan_of(units, blocks);
+    std::vector<dcp::pipeline_step_times> t;
+    for (std::size_t j = 0; j < blocks.size(); ++j) t.push_back({0.1 + r.unit(), 0.2 + 2 * r.unit(), 0.05 * r.unit()});
+    const auto timeline = dcp::schedule_pipeline(p, t, P);
+    const auto ends = fixed_point_ends(p, t, P);
+    double last = 0;
+    for (std::size_t j = 0; j < blocks.size(); ++j)
+      for (int s = 0; s < P; ++s) {
+        EXPECT_NEAR(timeline.forward_of(j, s).end_s, ends[(j * P + s) * 2], 1e-12);
+        EXPECT_NEAR(timeline.backward_of(j, s).end_s, ends[(j * P + s) * 2 + 1], 1e-12);
+        last = std::max(last, ends[(j * P + s) * 2 + 1]);
+      }
+    EXPECT_NEAR(timeline.makespan_s, last, 1e-12);
+  }
+}
+
+TEST(PipelineSchedule, OrdersThatWaitOnEachOtherAreNamedAndFlushed) {
+  // Unit 0 runs X, A, Y and unit 1 runs X, Y: on stage 0 of two, unit 0 runs B(X) before F(Y) and
+  // unit 1 F(Y) before B(X).
+  dcp::plan p = plan_of(2, {{0, 2}, {0, 1}, {0, 2}});
+  const std::vector<dcp::pipeline_step_times> t(3, {1.0, 2.0, 0.0});
+  EXPECT_TRUE(dcp_test::throws_dcp_error("schedule", [&] { (void)dcp::schedule_pipeline(p, t, 2); },
+                                         dcp::errc::invalid_argument, {"deadlocks", "step"}));
+  dcp::pipeline_deadlock stuck{99};
+  (void)dcp::schedule_pipeline(p, t, 2, &stuck);
+  EXPECT_EQ(stuck.first_stuck, 0u);
+  // With a new round at Y it runs.
+  p.steps[2].round = 1;
+  EXPECT_GT(dcp::schedule_pipeline(p, t, 2).makespan_s, 0);
+}
+
+dcp::analytic_cost piped(const dcp::transformer_spec& model, int gpus, int tp, int pp) {
+  return dcp::make_analytic_cost(model, dcp::devices::h200(),
+                                 dcp::parallel_layout{.gpus = gpus, .gpus_per_node = 8, .tp = tp, .pp = pp});
+}
+
+std::vector<dcp::sequence> text_batch(dcp_test::rng& r, std::int64_t count, std::int64_t longest) {
+  std::vector<dcp::sequence> out;
+  for (std::int64_t i = 0; i < count; ++i) out.push_back({i, 1, r.log_between(256, longest)});
+  return out;
+}
+
+TEST(PipelinePlans, EveryPlannerIsValidOnRandomJobs) {
+  dcp_test::rng r(0x5747);
+  for (int trial = 0; trial < 8; ++trial) {
+    const int pp = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4}));
+    const int tp = static_cast<int>(r.pick(std::vector<std::int64_t>{1, 2}));
+    const int gpus = 8 * pp * static_cast<int>(r.between(1, 2));
+    const auto cost = piped(dcp::models::llama3_8b(), gpus, tp, pp);
+    const auto batch = text_batch(r, r.between(8, 96), 65536);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) + ", tp = " + std::to_string(tp) +
+                 ", gpus = " + std::to_string(gpus) + ", " + std::to_string(batch.size()) + " sequences");
+    std::vector<dcp::plan> plans;
+    plans.push_back(dcp::dcp_planner{}.plan(cost, batch));
+    plans.push_back(dcp::tune(dcp::bucket_planner{}, cost, batch).plan(cost, batch));
+    plans.push_back(dcp::tune(dcp::packed_planner{}, cost, batch).plan(cost, batch));
+    plans.push_back(dcp::tune(dcp::dynamic_cp_planner{}, cost, batch).plan(cost, batch));
+    for (const auto& p : plans) {
+      EXPECT_EQ(p.layout.pp, pp);
+      const auto bad = dcp::plan_violations(p, batch, cost);
+      EXPECT_TRUE(bad.empty()) << p.method << ": " << (bad.empty() ? "" : bad.front());
+      EXPECT_GE(p.makespan_s, p.joint_lower_bound_s * (1 - 1e-12)) << p.method;
+      // On its own clock, with nothing random, the executor reproduces the plan.
+      const auto e = dcp::sim::execute(p, dcp::sim::truth<dcp::analytic_cost>{cost});
+      EXPECT_EQ(e.oom_steps, 0) << p.method;
+      EXPECT_NEAR(e.executed.makespan_s, p.makespan_s, 1e-9 * p.makespan_s) << p.method;
+      for (std::size_t i = 0; i < p.steps.size(); ++i)
+        EXPECT_NEAR(e.executed.steps[i].start_s, p.steps[i].start_s, 1e-9 * p.makespan_s) << p.method << " step " << i;
+    }
+  }
+}
+
+TEST(PipelinePlans, RecomputeFollowsTheMicroBatchesInFlight) {
+  // Steps that each fit alone without recomputation, up to four in flight on stage 0 of a
+  // 4-stage pipeline: finishing the plan checkpoints blocks where the window passes the
+  // capacity, and the plan is then valid.
+  dcp_test::rng r(0x11f1);
+  const auto cost = piped(dcp::models::llama3_8b(), 16, 1, 4);
+  dcp::plan_builder<dcp::analytic_cost> b(cost, "test");
+  std::vector<dcp::sequence> batch;
+  std::int64_t alone_fits = 0;  // the most tokens one step holds with no block checkpointed
+  while (cost.memory(dcp::analytic_load{1, static_cast<double>(alone_fits + 1024), 0, 0}, 1, 0) <= cost.capacity())
+    alone_fits += 1024;
+  for (std::int64_t i = 0; i < 12; ++i) {
+    batch.push_back({i, 1, alone_fits - r.between(0, 4096)});
+    b.place(b.make_step(std::span<const dcp::sequence>(&batch.back(), 1), {static_cast<int>(i % 4), 1}, 0));
+  }
+  const dcp::plan p = std::move(b).finish(dcp::buddy_groups{cost.gpus(), cost.gpus_per_node()}, batch,
+                                          dcp::loss_normalization::token_mean);
+  const auto bad = dcp::plan_violations(p, batch, cost);
+  EXPECT_TRUE(bad.empty()) << bad.front();
+  int raised = 0;
+  for (const auto& s : p.steps) raised += s.checkpointed_blocks > 0;
+  EXPECT_GT(raised, 0) << "no step checkpoints a block, though four such steps exceed the memory together";
+  // Executed on its own clock, none runs out of memory.
+  EXPECT_EQ(dcp::sim::execute(p, dcp::sim::truth<dcp::analytic_cost>{cost}).oom_steps, 0);
+}
+
+TEST(PipelineModel, StagesSplitTheBlocksAndTheLayoutIsChecked) {
+  const auto whole = dcp::models::llama3_8b();
+  const auto stage = dcp::pipeline_stage(whole, 3);
+  EXPECT_EQ(stage.blocks, (whole.blocks + 2) / 3);
+  EXPECT_EQ(stage.pipeline_stages, 3);
+  EXPECT_EQ(dcp::pipeline_stage(whole, 1), whole);
+  EXPECT_TRUE(dcp_test::throws_dcp_error("too many stages", [&] { (void)dcp::pipeline_stage(whole, whole.blocks + 1); },
+                                         dcp::errc::invalid_argument, {"pp = 33", "use 1 <= pp <= 32"}));
+  // A whole model on a pipelined layout prices the wrong thing: refused.
+  EXPECT_TRUE(dcp_test::throws_dcp_error("whole model",
+                                         [&] {
+                                           dcp::analytic_cost c{
+                                               whole, dcp::devices::h200(),
+                                               dcp::parallel_layout{.gpus = 16, .gpus_per_node = 8, .pp = 2}};
+                                           c.validate();
+                                         },
+                                         dcp::errc::invalid_argument, {"pp = 2", "pipeline_stage"}));
+  EXPECT_TRUE(dcp_test::throws_dcp_error(
+      "uneven stages", [&] { dcp::parallel_layout{.gpus = 24, .gpus_per_node = 8, .pp = 2}.validate(); },
+      dcp::errc::invalid_argument, {"pp = 2", "whole nodes"}));
+  const dcp::parallel_layout l{.gpus = 256, .gpus_per_node = 8, .tp = 8, .pp = 4};
+  EXPECT_EQ(l.units(), 8);
+  EXPECT_EQ(l.gpus_of({2, 1}, 3), (dcp::rank_block{208, 8}));
+  EXPECT_EQ(l.stage_of(208), 3);
+  EXPECT_EQ(l.unit_of(208), 2);
+  // Weights shard by stage: a stage of 4 holds about a quarter of the static memory.
+  const auto one = piped(whole, 64, 1, 1), four = piped(whole, 64, 1, 4);
+  EXPECT_LT(four.static_memory(), 0.3 * one.static_memory());
+  EXPECT_GT(four.stage_transfer(dcp::analytic_load{1, 8192, 0, 0}, 2), 0);
+  EXPECT_EQ(one.stage_transfer(dcp::analytic_load{1, 8192, 0, 0}, 2), 0);
+}
+
+}  // namespace
