@@ -3,7 +3,7 @@
 // one epoch, methods dcp, dcp-no-inter, dcp-no-intra, bucket, packed, dynamic_cp.
 //
 //   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET | --model-config FILE] [--gpus N] [--gpus-per-node G]
-//           [--tp T] [--ep E] [--sharding replicated|zero1|zero3] [--ring R]
+//           [--tp T] [--ep E] [--sharding replicated|zero1|zero3] [--ring R] [--pp P]
 //           [--device h200|h100|a100] [--cluster h100x2,h200x2|FILE] [--groups any|buddy] [--comm-budget B]
 //           [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
@@ -74,6 +74,7 @@ struct cli_options {
   int tp = 1;
   int ep = 1;
   int ring = 1;
+  int pp = 1;
   std::string sharding = "zero1";
   int gpus = 32;
   bool gpus_given = false;
@@ -257,6 +258,7 @@ int run(const cli_options& o) {
   if (o.ep > 1) model_name += " ep" + std::to_string(o.ep);
   if (o.sharding != "zero1") model_name += " " + o.sharding;
   if (o.ring > 1) model_name += " ring<=" + std::to_string(o.ring);
+  if (o.pp > 1) model_name += " pp" + std::to_string(o.pp);
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
   // --cluster: the nodes in rank order, each at its speed on --device's clock.
@@ -294,6 +296,7 @@ int run(const cli_options& o) {
                                              .ep = o.ep,
                                              .sharding = dcp::sharding_of(o.sharding),
                                              .ring = o.ring,
+                                             .pp = o.pp,
                                              .nodes = nodes});
   if (!nodes.empty()) device_name = cost.layout().cluster_name() + " on the " + device.name + " clock";
   const dcp::group_sizes sizes = dcp::group_sizes_of(o.groups);
@@ -435,6 +438,14 @@ int run(const cli_options& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     dcp::sim::print_table(std::cout, header, rows);
+    if (o.pp > 1) {
+      // Of each batch, the share its busiest unit waits: its pipelines' fill, drain and stalls.
+      std::cout << "pipeline bubble (" << o.pp << " stages, 1F1B):";
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        std::cout << (i == 0 ? " " : ", ") << rows[i].method << " "
+                  << dcp::sim::detail::format("%.1f%%", 100 * rows[i].bubble);
+      std::cout << "\n";
+    }
     for (const auto& [m, c] : calibration.items()) {
       std::cout << m << ": " << c["oom_steps"].get<std::int64_t>() << " OOM steps, "
                 << c["oom_steps_first_batch"].get<std::int64_t>() << " in the first batch";
@@ -478,6 +489,10 @@ int main(int argc, char** argv) {
                                     "(the dcp planner picks each step's ring up to this; 1 = Ulysses only)")
       ->capture_default_str();
   app.add_option("--sharding", o.sharding, "weights/grads/optimizer layout: replicated, zero1 or zero3")
+      ->capture_default_str();
+  app.add_option("--pp", o.pp,
+                 "pipeline stages: each holds its share of the blocks on gpus / pp GPUs, and every plan runs "
+                 "its steps as micro-batches of 1F1B pipelines")
       ->capture_default_str();
   auto* gpus = app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")
                    ->capture_default_str();

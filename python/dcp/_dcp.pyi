@@ -106,6 +106,7 @@ class Cost:
         ep: int = 1,
         sharding: str = "zero1",
         ring: int = 1,
+        pp: int = 1,
     ) -> None: ...
     @property
     def model(self) -> Model: ...
@@ -124,6 +125,9 @@ class Cost:
     def ep(self) -> int: ...
     @property
     def ring(self) -> int: ...
+    @property
+    def pp(self) -> int:
+        """Pipeline stages: the model priced is the heaviest stage's."""
     @property
     def sharding(self) -> str: ...
     def capacity(self) -> float: ...
@@ -226,6 +230,7 @@ def simulate(
     ep: int = 1,
     sharding: str = "zero1",
     ring: int = 1,
+    pp: int = 1,
 ) -> List[Dict[str, Any]]: ...
 
 class Sampler:

@@ -106,17 +106,21 @@ dcp::device_spec device_of(nb::handle obj) {
 
 // The job as dcp-sim lays it out: G replaces the device's when given (0: the device's).
 dcp::analytic_cost make_cost(nb::handle model, nb::handle device, int gpus, int gpus_per_node, int tp, int ep,
-                             const std::string& sharding, int ring) {
+                             const std::string& sharding, int ring, int pp) {
   dcp::check(gpus_per_node >= 0, dcp::errc::invalid_argument, [&] {
     return "gpus_per_node = " + std::to_string(gpus_per_node) + " must be positive (0 = the device's)";
   });
   auto d = device_of(device);
   if (gpus_per_node > 0) d.gpus_per_node = gpus_per_node;
   const int g = d.gpus_per_node;
-  return dcp::make_analytic_cost(
-      model_of(model), std::move(d),
-      dcp::parallel_layout{
-          .gpus = gpus, .gpus_per_node = g, .tp = tp, .ep = ep, .sharding = dcp::sharding_of(sharding), .ring = ring});
+  return dcp::make_analytic_cost(model_of(model), std::move(d),
+                                 dcp::parallel_layout{.gpus = gpus,
+                                                      .gpus_per_node = g,
+                                                      .tp = tp,
+                                                      .ep = ep,
+                                                      .sharding = dcp::sharding_of(sharding),
+                                                      .ring = ring,
+                                                      .pp = pp});
 }
 
 // Every group size, as dcp-sim's default `--groups any`.
@@ -147,7 +151,7 @@ dcp::plan plan_batch(const dcp::analytic_cost& cost, nb::handle lengths, const s
 
 nb::list simulate(nb::handle workload, nb::handle model, nb::handle device, int gpus, int gpus_per_node,
                   const std::vector<std::string>& methods, std::int64_t global_batch_tokens, std::uint64_t seed, int tp,
-                  int ep, const std::string& sharding, int ring) {
+                  int ep, const std::string& sharding, int ring, int pp) {
   // Inputs first, as dcp-sim reads them, so that a typo fails before any work.
   dcp::check(!methods.empty(), dcp::errc::invalid_argument,
              [] { return std::string("methods is empty; name at least one"); });
@@ -160,7 +164,7 @@ nb::list simulate(nb::handle workload, nb::handle model, nb::handle device, int 
   nb::object chosen = nb::borrow(model);
   if (chosen.is_none())
     chosen = nb::str(named ? std::string(dcp::workloads::default_model(name)).c_str() : "cogvideox-5b");
-  const auto cost = make_cost(chosen, device, gpus, gpus_per_node, tp, ep, sharding, ring);
+  const auto cost = make_cost(chosen, device, gpus, gpus_per_node, tp, ep, sharding, ring, pp);
   const dcp::dataset data = named ? dcp::workloads::make(name, seed) : to_sequences(workload, "workload");
 
   std::vector<dcp::sim::run_metrics> rows;
@@ -188,6 +192,7 @@ nb::list simulate(nb::handle workload, nb::handle model, nb::handle device, int 
     d["efficiency"] = r.efficiency;
     d["simple_efficiency"] = r.simple_efficiency;
     d["imbalance"] = r.imbalance;
+    d["bubble"] = r.bubble;
     d["peak_memory_bytes"] = r.peak_memory_bytes;
     d["plan_seconds"] = r.plan_seconds;
     d["tune_seconds"] = r.tune_seconds;
@@ -352,11 +357,11 @@ NB_MODULE(_dcp, m) {
       .def(
           "__init__",
           [](dcp::analytic_cost* self, nb::handle model, nb::handle device, int gpus, int gpus_per_node, int tp, int ep,
-             const std::string& sharding, int ring) {
-            new (self) dcp::analytic_cost(make_cost(model, device, gpus, gpus_per_node, tp, ep, sharding, ring));
+             const std::string& sharding, int ring, int pp) {
+            new (self) dcp::analytic_cost(make_cost(model, device, gpus, gpus_per_node, tp, ep, sharding, ring, pp));
           },
           "model"_a, "device"_a = "h200", "gpus"_a = 8, "gpus_per_node"_a = 0, "tp"_a = 1, "ep"_a = 1,
-          "sharding"_a = "zero1", "ring"_a = 1)
+          "sharding"_a = "zero1", "ring"_a = 1, "pp"_a = 1)
       .def_prop_ro("model", [](const dcp::analytic_cost& c) { return c.model; })
       .def_prop_ro("device", [](const dcp::analytic_cost& c) { return c.device; })
       .def_prop_ro("gpus", &dcp::analytic_cost::gpus, "Planner units (GPUs / tp).")
@@ -365,6 +370,7 @@ NB_MODULE(_dcp, m) {
       .def_prop_ro("tp", [](const dcp::analytic_cost& c) { return c.layout().tp; })
       .def_prop_ro("ep", [](const dcp::analytic_cost& c) { return c.layout().ep; })
       .def_prop_ro("ring", [](const dcp::analytic_cost& c) { return c.layout().ring; })
+      .def_prop_ro("pp", [](const dcp::analytic_cost& c) { return c.layout().pp; })
       .def_prop_ro("sharding",
                    [](const dcp::analytic_cost& c) { return std::string(dcp::to_string(c.layout().sharding)); })
       .def("capacity", &dcp::analytic_cost::capacity, "Bytes per GPU a step may use.")
@@ -378,8 +384,8 @@ NB_MODULE(_dcp, m) {
         const auto& l = c.layout();
         return "Cost(" + c.model.name + " on " + std::to_string(l.gpus) + " x " + c.device.name + ", " +
                std::to_string(l.gpus_per_node) + " per node, tp=" + std::to_string(l.tp) +
-               ", ep=" + std::to_string(l.ep) + ", ring=" + std::to_string(l.ring) + ", " + dcp::to_string(l.sharding) +
-               ")";
+               ", ep=" + std::to_string(l.ep) + ", ring=" + std::to_string(l.ring) + ", pp=" + std::to_string(l.pp) +
+               ", " + dcp::to_string(l.sharding) + ")";
       });
 
   // --- plans -------------------------------------------------------------------------------------
@@ -486,7 +492,7 @@ NB_MODULE(_dcp, m) {
   m.def("simulate", &simulate, "workload"_a = "cogvideox-zipf10", "model"_a = nb::none(), "device"_a = "h200",
         "gpus"_a = 32, "gpus_per_node"_a = 8,
         "methods"_a = std::vector<std::string>{"dcp", "bucket", "packed", "dynamic_cp"}, "global_batch_tokens"_a = 0,
-        "seed"_a = 0, "tp"_a = 1, "ep"_a = 1, "sharding"_a = "zero1", "ring"_a = 1,
+        "seed"_a = 0, "tp"_a = 1, "ep"_a = 1, "sharding"_a = "zero1", "ring"_a = 1, "pp"_a = 1,
         "Plans every global batch of one epoch with each method on the cost model's clock, as dcp-sim does.");
 
   // --- the sampler -------------------------------------------------------------------------------

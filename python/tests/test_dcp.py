@@ -208,6 +208,18 @@ def test_simulate_reports_every_method():
         assert r["peak_memory_bytes"] <= dcp.Cost("llama3-8b", gpus=8).capacity() * (1 + 1e-9), r
 
 
+def test_pipeline_stages_plan_and_simulate():
+    cost = dcp.Cost("llama3-8b", gpus=32, pp=4)
+    assert cost.pp == 4 and cost.gpus == 8 and cost.model.blocks == 8
+    rows = dcp.simulate(workload=random_lengths(11, n=300), model="llama3-8b", gpus=32, pp=4, methods=METHODS)
+    assert [r["method"] for r in rows] == METHODS
+    for r in rows:
+        assert r["sequences"] == 300, r["method"]
+        assert 0 < r["efficiency"] <= 1 + 1e-9 and 0 <= r["bubble"] < 1, r
+    with pytest.raises(dcp.Error, match="pp = 3"):
+        dcp.Cost("llama3-8b", gpus=32, pp=3)
+
+
 # --- the sampler -----------------------------------------------------------------------------------
 
 
