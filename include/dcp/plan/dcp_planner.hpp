@@ -287,32 +287,33 @@ class dcp_planning {
           attempt(target, target, level, true);
         }
       }
-      // Pipelines (pp > 1): a long micro-batch holds every later stage up as it passes, so caps
-      // of a fraction of the fair share split long sequences over wider blocks; the pipelined
-      // makespan picks the fraction.
       if (const int stages = cost_.layout().pp; stages > 1) {
         // Pipelines: a long micro-batch holds every later stage up as it passes, and the bubble
-        // is (P - 1) micro-batches long. Caps of a fraction of the fair share split long
-        // sequences over wider blocks; packing rooms of 1/P, 1/2P, 1/4P and 1/8P of the
+        // is (P - 1) micro-batches long. Caps of 1/2, 1/4, ..., 1/16P of the fair share split
+        // long sequences over wider blocks; packing rooms of 1/2P, 1/4P and 1/8P of the
         // activation memory make micro-batches smaller, each costing a little efficiency. The
-        // pipelined makespan picks: first the cap, then the room at that cap.
-        double best_f = 0;
-        for (double f : {0.5, 0.25, 0.125, 0.0625, 0.03125}) {
+        // pipelined makespan decides: first the cap (makespans are not unimodal in it, so every
+        // one is tried), then the room at that cap and half of it, the rooms' walk stopping after
+        // two in a row that do not shorten the plan.
+        double best_f = 1;
+        for (double f = 0.5; f >= 1.0 / (16 * stages); f /= 2) {
           const double before = best.makespan_s;
           attempt(share_ * f, 0, 0, false);
           if (best.makespan_s < before) best_f = f;
         }
+        const double cap = share_ * best_f;
         int best_in_flight = in_flight_;
-        for (int room : {2, 4, 8}) {
+        for (int room = 2, misses = 0; room <= 8 && misses < 2; room *= 2) {
           pack_in_flight(stages * room);
           const double before = best.makespan_s;
-          for (double f : {best_f > 0 ? best_f : 0.5, best_f > 0 ? best_f / 2 : 0.25}) attempt(share_ * f, 0, 0, false);
-          if (best.makespan_s < before) best_in_flight = in_flight_;
+          for (double c : {cap, cap / 2}) attempt(c, 0, 0, false);
+          best.makespan_s < before ? (best_in_flight = in_flight_, misses = 0) : ++misses;
         }
         pack_in_flight(best_in_flight);
       }
-      setup(best_cap_, best_fluid_, best_uniform_);
-      best = widen_critical(std::move(best), method, norm);
+      // Under pp > 1 a step's end is not its start plus its time (the schedule interleaves
+      // micro-batches), so the flat critical path it widens is not there: the caps above widen.
+      if (cost_.layout().pp == 1) best = widen_critical(std::move(best), method, norm);
     }
     return best;
   }
