@@ -115,10 +115,10 @@ inline void order_short_ends(plan& p) {
   p.steps = std::move(out);
 }
 
-/// Re-prices step `s` with `k` checkpointed blocks.
+/// Re-prices step `s`, whose load is `load`, with `k` checkpointed blocks.
 template <cost_model C>
-void checkpoint(plan_step& s, const C& cost, std::span<const double> speeds, int k) {
-  const auto load = load_of_step(cost, s);
+void checkpoint(plan_step& s, const C& cost, const typename C::load_type& load, std::span<const double> speeds,
+                int k) {
   s.checkpointed_blocks = k;
   s.time_s = time_with_ring(cost, load, s.sp(), k, s.ring) / block_speed(speeds, s.ranks);
   s.memory_bytes = cost.memory(load, s.sp(), k);
@@ -168,7 +168,7 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
           int k = s.checkpointed_blocks + 1;
           const auto load = load_of_step(cost, s);
           while (k < L && others + cost.memory(load, s.sp(), k) > cap) ++k;
-          detail::checkpoint(s, cost, p.speeds, k);
+          detail::checkpoint(s, cost, load, p.speeds, k);
         }
         if (held() > cap && !w.empty()) {
           // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).

@@ -78,8 +78,8 @@ inline std::map<int, std::vector<std::vector<std::size_t>>> unit_lists(const pla
 }
 }  // namespace detail
 
-/// Thrown by `schedule_pipeline` as `errc::invalid_argument` when the plan's orders deadlock;
-/// `first_stuck` is the first step (in plan order) with an operation that never runs.
+/// Where `schedule_pipeline` found the plan's orders deadlocked, when asked to report it instead
+/// of throwing: `first_stuck` is the first step (in plan order) with an operation that never runs.
 struct pipeline_deadlock {
   std::size_t first_stuck = 0;
 };

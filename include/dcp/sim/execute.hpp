@@ -84,10 +84,6 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
   execution out;
   out.executed = p;
   out.oom.assign(p.steps.size(), 0);
-  std::vector<std::size_t> order(p.steps.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return p.steps[a].round < p.steps[b].round; });
 
   std::vector<sequence> planned;
   const std::vector<double> speeds = job_speeds(t.model.layout(), t.speeds);
@@ -127,13 +123,8 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
   double makespan = 0;
   if (stages > 1) {
     if constexpr (pipeline_cost_model<T>) {
-      std::vector<pipeline_step_times> times;
-      times.reserve(p.steps.size());
-      for (std::size_t i = 0; i < p.steps.size(); ++i) {
-        const double f = seconds[i] * forward_share(L, p.steps[i].checkpointed_blocks);
-        times.push_back({f, seconds[i] - f, t.model.stage_transfer(loads[i], p.steps[i].sp())});
-      }
-      const pipeline_timeline timeline = schedule_pipeline(p, times, stages);
+      // The executed steps carry their true times: split and transferred on the truth's clock.
+      const pipeline_timeline timeline = schedule_pipeline(p, pipeline_times(out.executed, t.model), stages);
       for (std::size_t i = 0; i < p.steps.size(); ++i)
         out.executed.steps[i].start_s = timeline.forward_of(i, 0).start_s;
       makespan = timeline.makespan_s;
@@ -143,6 +134,10 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
                       " but its cost model prices no stage transfer; use a pipeline_cost_model");
     }
   } else {
+    std::vector<std::size_t> order(p.steps.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return p.steps[a].round < p.steps[b].round; });
     std::vector<double> free(static_cast<std::size_t>(n), 0.0);
     double barrier = 0, round_end = 0;
     int round = order.empty() ? 0 : p.steps[order.front()].round;
