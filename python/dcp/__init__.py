@@ -2,7 +2,8 @@
 
 Python bindings of the dcp C++ library: cost models of a training job, the DCP planner and its
 baselines, plans (checked, hashed, written as dcp.plan JSON), the resumable token-budget
-sampler, and the simulator behind ``dcp-sim``.
+sampler, the simulator behind ``dcp-sim``, and the scheduler a training loop talks to
+(``dcp.torch`` runs its steps on torch.distributed).
 
 Sequences are integer arrays: a 1-D array of lengths (text), or an (n, 2) array of
 (frames, tokens per frame) rows (video); sequence ``i`` gets id ``i``.
@@ -15,7 +16,9 @@ from ._dcp import (
     Model,
     Plan,
     PlannedSequence,
+    RankStep,
     Sampler,
+    Scheduler,
     SkippedSequence,
     Step,
     device_names,
@@ -39,7 +42,9 @@ __all__ = [
     "Model",
     "Plan",
     "PlannedSequence",
+    "RankStep",
     "Sampler",
+    "Scheduler",
     "SkippedSequence",
     "Step",
     "device_names",

@@ -8,8 +8,11 @@
 /// `planning_context{cost, selective_recompute{}, contiguous_groups{any}}`, so that the numbers
 /// of `simulate` are dcp-sim's for the same arguments.
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,6 +28,7 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
+#include <dcp/scheduler.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/plan_json.hpp>
@@ -34,9 +38,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 namespace nb = nanobind;
@@ -60,9 +66,44 @@ int_array owned_array(std::vector<std::int64_t> values, std::vector<std::size_t>
   return int_array(v->data(), shape.size(), shape.data(), owner);
 }
 
+// An int64 copy of the integer array `obj` (numpy's view when it is one), and its dtype kind.
+nb::object int64_array(nb::handle obj, const char* what) {
+  nb::module_ np = nb::module_::import_("numpy");
+  nb::object arr = np.attr("asarray")(obj);
+  const std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
+  dcp::check(nb::cast<std::int64_t>(arr.attr("size")) == 0 || kind == "i" || kind == "u", dcp::errc::invalid_argument,
+             [&] {
+               return std::string(what) + " has dtype " + nb::cast<std::string>(arr.attr("dtype").attr("name")) +
+                      "; give integers";
+             });
+  return np.attr("ascontiguousarray")(arr, "dtype"_a = np.attr("int64"));
+}
+
+// The sequence ids of a batch: `ids` (a 1-D integer array, one per sequence, no repeats), or
+// 0..n-1 when None.
+std::vector<std::int64_t> ids_of(nb::handle ids, std::size_t n) {
+  std::vector<std::int64_t> out(n);
+  if (ids.is_none()) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int64_t>(i);
+    return out;
+  }
+  const nb::object arr = int64_array(ids, "ids");
+  const auto view = nb::cast<nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>>(arr);
+  dcp::check(view.ndim() == 1 && view.shape(0) == n, dcp::errc::invalid_argument, [&] {
+    return "ids has " + std::to_string(view.ndim() == 1 ? view.shape(0) : view.size()) + " entries (ndim " +
+           std::to_string(view.ndim()) + ") for " + std::to_string(n) + " sequences; give one id per sequence";
+  });
+  std::copy(view.data(), view.data() + n, out.begin());
+  std::set<std::int64_t> seen;
+  for (const auto id : out)
+    dcp::check(seen.insert(id).second, dcp::errc::invalid_argument,
+               [&] { return "ids holds " + std::to_string(id) + " twice; every sequence of a batch has its own id"; });
+  return out;
+}
+
 // `what`'s sequences from a 1-D array of lengths or an (n, 2) array of (frames, spatial) rows;
-// a float array is refused rather than truncated.
-dcp::dataset to_sequences(nb::handle obj, const char* what) {
+// a float array is refused rather than truncated. Sequence i gets id ids[i] (None: i).
+dcp::dataset to_sequences(nb::handle obj, const char* what, nb::handle ids = nb::none()) {
   nb::module_ np = nb::module_::import_("numpy");
   nb::object arr = np.attr("asarray")(obj);
   const std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
@@ -81,9 +122,9 @@ dcp::dataset to_sequences(nb::handle obj, const char* what) {
   const auto view = nb::cast<nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>>(arr);
   const std::int64_t* p = view.data();
   dcp::dataset out(static_cast<std::size_t>(view.shape(0)));
+  const std::vector<std::int64_t> id = ids_of(ids, out.size());
   for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = ndim == 1 ? dcp::make_sequence(static_cast<std::int64_t>(i), p[i])
-                       : dcp::make_sequence(static_cast<std::int64_t>(i), p[2 * i], p[2 * i + 1]);
+    out[i] = ndim == 1 ? dcp::make_sequence(id[i], p[i]) : dcp::make_sequence(id[i], p[2 * i], p[2 * i + 1]);
   for (const auto& s : out) dcp::validate(s);
   return out;
 }
@@ -135,8 +176,9 @@ dcp::infeasible_policy infeasible_of(const std::string& name) {
 }
 
 dcp::plan plan_batch(const dcp::analytic_cost& cost, nb::handle lengths, const std::string& method, nb::handle dataset,
-                     std::int64_t global_batch_tokens, std::uint64_t seed, const std::string& on_infeasible) {
-  const dcp::dataset batch = to_sequences(lengths, "lengths");
+                     std::int64_t global_batch_tokens, std::uint64_t seed, const std::string& on_infeasible,
+                     nb::handle ids) {
+  const dcp::dataset batch = to_sequences(lengths, "lengths", ids);
   // A baseline tunes its knobs on an epoch of the dataset; without one, on this batch alone.
   const dcp::dataset data = dataset.is_none() ? batch : to_sequences(dataset, "dataset");
   dcp::sim::method_settings s;
@@ -229,6 +271,212 @@ std::int64_t dict_int(const nb::dict& d, const char* key) {
            "'; give the dict Sampler.state() returned";
   });
   return nb::cast<std::int64_t>(d[key]);
+}
+
+// --- the scheduler's world ---------------------------------------------------------------------
+
+// The world of a Python training loop as dcp's scheduler sees it: this rank, the world's size,
+// and the host all-reduce that `verify` and calibration exchange, carried out by a Python object
+// (`dcp.torch.World` over torch.distributed, or any object with `rank()`, `size()` and
+// `all_reduce(array, op) -> array`, op "sum" or "max"). The loop moves its tensors itself, so
+// the data-path collectives are refused. Without an object the world only plans: `rank` and
+// `size` are given, and what needs the others says so.
+class python_world {
+ public:
+  using communicator_concept = dcp::communicator_tag;
+  static constexpr bool host_memory = true;
+
+  python_world(nb::object world, int rank, int size) : world_(std::move(world)), rank_(rank), size_(size) {}
+
+  bool valid() const noexcept { return size_ > 0; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  bool connected() const noexcept { return world_.is_valid() && !world_.is_none(); }
+
+  template <class T>
+  void all_reduce(std::span<T> data, dcp::reduce_op op) {
+    dcp::check(!aborted_, dcp::errc::aborted, [] { return std::string("the world was aborted"); });
+    dcp::check(connected(), dcp::errc::invalid_argument, [] {
+      return std::string(
+          "this scheduler has no world to exchange with (verify and calibration are collective); "
+          "pass world=dcp.torch.World() or any object with rank(), size() and all_reduce(array, op)");
+    });
+    nb::gil_scoped_acquire held;
+    nb::module_ np = nb::module_::import_("numpy");
+    auto* copy = new std::vector<T>(data.begin(), data.end());
+    nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+    const std::size_t n = data.size();
+    nb::object sent = nb::cast(nb::ndarray<nb::numpy, T>(copy->data(), 1, &n, owner));
+    nb::object got = world_.attr("all_reduce")(sent, dcp::to_string(op));
+    got = np.attr("ascontiguousarray")(got, "dtype"_a = sent.attr("dtype"));
+    const auto view = nb::cast<nb::ndarray<const T, nb::c_contig, nb::device::cpu>>(got);
+    dcp::check(view.ndim() == 1 && view.shape(0) == n, dcp::errc::invalid_argument, [&] {
+      return "world.all_reduce returned " + std::to_string(view.size()) + " values for " + std::to_string(n) +
+             "; it must return an array of the shape it was given";
+    });
+    std::copy(view.data(), view.data() + n, data.begin());
+  }
+  template <class T>
+  void all_reduce(std::span<const T> send, std::span<T> recv, dcp::reduce_op op) {
+    dcp::check(send.size() == recv.size(), dcp::errc::invalid_argument, [&] {
+      return "all_reduce: send has " + std::to_string(send.size()) + " values, recv " + std::to_string(recv.size());
+    });
+    std::copy(send.begin(), send.end(), recv.begin());
+    all_reduce(recv, op);
+  }
+  python_world split(int, int) { refuse("split"); }
+  template <class T>
+  void all_to_all(std::span<const T>, std::span<T>) {
+    refuse("all_to_all");
+  }
+  template <class T>
+  void all_to_all_v(std::span<const T>, std::span<const std::size_t>, std::span<T>, std::span<const std::size_t>) {
+    refuse("all_to_all_v");
+  }
+  template <class T>
+  void all_gather(std::span<const T>, std::span<T>) {
+    refuse("all_gather");
+  }
+  template <class T>
+  void broadcast(std::span<T>, int) {
+    refuse("broadcast");
+  }
+  template <class T>
+  void send(std::span<const T>, int, int) {
+    refuse("send");
+  }
+  template <class T>
+  void recv(std::span<T>, int, int) {
+    refuse("recv");
+  }
+  void barrier() { refuse("barrier"); }
+  void abort() noexcept { aborted_ = true; }
+  bool aborted() const noexcept { return aborted_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::milliseconds d) { timeout_ = d; }
+
+ private:
+  [[noreturn]] static void refuse(const char* what) {
+    throw dcp::error(dcp::errc::unsupported, std::string("the Python world does not ") + what +
+                                                 ": a Python loop moves its tensors itself (dcp.torch)");
+  }
+
+  nb::object world_;
+  int rank_ = 0, size_ = 0;
+  bool aborted_ = false;
+  std::chrono::milliseconds timeout_ = dcp::default_timeout;
+};
+static_assert(dcp::host_communicator<python_world>);
+
+// The scheduler a Python loop talks to: the dcp planner on blocks of any size, as `dcp.plan`.
+using python_scheduler_type =
+    dcp::scheduler<dcp::transformer_spec, python_world, dcp::policies<dcp::contiguous_groups>>;
+
+struct python_scheduler {
+  python_world world;
+  python_scheduler_type sched;
+
+  python_scheduler(python_world w, dcp::analytic_cost cost, dcp::scheduler_options options)
+      : world(std::move(w)), sched(cost.model, world, std::move(cost), std::move(options)) {}
+};
+
+// One micro-step of one rank, with its groups as lists of GPU (process) ranks: what a Python
+// loop needs to run it and to find its process groups.
+struct rank_step {
+  std::size_t index = 0;
+  dcp::rank_block ranks;
+  int group_rank = 0;
+  int ring = 1;
+  int tp_rank = 0;
+  int checkpointed_blocks = 0;
+  double start_s = 0, time_s = 0;
+  std::vector<dcp::planned_sequence> sequences;
+  std::vector<int> gpus, ulysses_gpus, ring_gpus;
+};
+
+// The GPU ranks of TP rank `t` in `units`.
+std::vector<int> gpus_at(const dcp::parallel_layout& layout, const std::vector<int>& units, int t) {
+  std::vector<int> out;
+  for (const int u : units) out.push_back(layout.gpus_of({u, 1}).first + t);
+  return out;
+}
+
+// The Ulysses group and ring of unit position `p` in `block` split with `ring` (DESIGN 4.3:
+// Ulysses groups of u = sp / ring consecutive units; ring i holds units i, i + u, ...).
+std::pair<std::vector<int>, std::vector<int>> split_units(dcp::rank_block block, int ring, int p) {
+  const int u = block.size / ring;
+  std::vector<int> uly, rng;
+  for (int j = 0; j < u; ++j) uly.push_back(block.first + p / u * u + j);
+  for (int j = 0; j < ring; ++j) rng.push_back(block.first + p % u + j * u);
+  return {uly, rng};
+}
+
+void check_plan_for(const python_scheduler_type& s, const dcp::plan& p) {
+  const auto& l = s.layout();
+  dcp::check(p.gpus == l.units() && p.layout.tp == l.tp, dcp::errc::mismatch, [&] {
+    return "the plan is for " + std::to_string(p.gpus) + " units of tp = " + std::to_string(p.layout.tp) +
+           ", the scheduler's job has " + std::to_string(l.units()) + " units of tp = " + std::to_string(l.tp) +
+           "; plan with this scheduler or with its cost";
+  });
+}
+
+// Rank `rank`'s micro-steps of `p`, in execution order (pure: no communication).
+std::vector<rank_step> steps_of_rank(const python_scheduler_type& s, const dcp::plan& p, int rank) {
+  check_plan_for(s, p);
+  const auto& l = s.layout();
+  dcp::check(rank >= 0 && rank < l.gpus, dcp::errc::invalid_argument, [&] {
+    return "rank = " + std::to_string(rank) + " is not a rank of the job's " + std::to_string(l.gpus) + " GPUs";
+  });
+  const int unit = l.unit_of(rank), t = l.tp_rank_of(rank);
+  std::vector<rank_step> out;
+  for (const std::size_t i : p.steps_of(unit)) {
+    const auto& st = p.steps[i];
+    rank_step r;
+    r.index = i, r.ranks = st.ranks, r.group_rank = unit - st.ranks.first, r.ring = st.ring, r.tp_rank = t;
+    r.checkpointed_blocks = st.checkpointed_blocks, r.start_s = st.start_s, r.time_s = st.time_s;
+    r.sequences = st.sequences;
+    const dcp::rank_block g = l.gpus_of(st.ranks);
+    for (int k = 0; k < g.size; ++k) r.gpus.push_back(g.first + k);
+    const auto [uly, rng] = split_units(st.ranks, st.ring, r.group_rank);
+    r.ulysses_gpus = gpus_at(l, uly, t);
+    r.ring_gpus = gpus_at(l, rng, t);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Every process group of more than one rank that some rank's steps of `p` use (the steps'
+// groups, their Ulysses groups and rings), each once, in one order that every rank computes
+// alike: the order to create them collectively in.
+std::vector<std::vector<int>> process_groups_of(const python_scheduler_type& s, const dcp::plan& p) {
+  check_plan_for(s, p);
+  const auto& l = s.layout();
+  std::set<std::vector<int>> seen;
+  std::vector<std::vector<int>> out;
+  auto add = [&](std::vector<int> g) {
+    if (g.size() > 1 && seen.insert(g).second) out.push_back(std::move(g));
+  };
+  for (const auto& st : p.steps) {
+    const dcp::rank_block g = l.gpus_of(st.ranks);
+    std::vector<int> all;
+    for (int k = 0; k < g.size; ++k) all.push_back(g.first + k);
+    add(std::move(all));
+    for (int pos = 0; pos < st.sp(); ++pos)
+      for (int t = 0; t < l.tp; ++t) {
+        const auto [uly, rng] = split_units(st.ranks, st.ring, pos);
+        add(gpus_at(l, uly, t));
+        add(gpus_at(l, rng, t));
+      }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.size() != b.size() ? a.size() < b.size() : a < b; });
+  return out;
+}
+
+dcp::loss_normalization loss_of(const std::string& name) {
+  dcp::check(name == "token_mean" || name == "sample_mean", dcp::errc::invalid_argument,
+             [&] { return "loss = '" + name + "' must be token_mean or sample_mean"; });
+  return name == "sample_mean" ? dcp::loss_normalization::sample_mean : dcp::loss_normalization::token_mean;
 }
 
 }  // namespace
@@ -341,6 +589,45 @@ NB_MODULE(_dcp, m) {
       .def_ro("usable", &dcp::device_spec::usable)
       .def_ro("bw_intra", &dcp::device_spec::bw_intra)
       .def_ro("bw_inter", &dcp::device_spec::bw_inter)
+      .def_ro("eff_max", &dcp::device_spec::eff_max)
+      .def_ro("x_half", &dcp::device_spec::x_half)
+      .def_ro("alpha", &dcp::device_spec::alpha)
+      .def_ro("tau", &dcp::device_spec::tau)
+      .def_ro("beta", &dcp::device_spec::beta)
+      .def(
+          "replace",
+          [](const dcp::device_spec& d, const nb::kwargs& fields) {
+            dcp::device_spec out = d;
+            for (auto [key, value] : fields) {
+              const std::string k = nb::cast<std::string>(key);
+              if (k == "name")
+                out.name = nb::cast<std::string>(value);
+              else if (k == "gpus_per_node")
+                out.gpus_per_node = nb::cast<int>(value);
+              else {
+                double* field = k == "peak"        ? &out.peak
+                                : k == "eff_max"   ? &out.eff_max
+                                : k == "x_half"    ? &out.x_half
+                                : k == "alpha"     ? &out.alpha
+                                : k == "tau"       ? &out.tau
+                                : k == "bw_intra"  ? &out.bw_intra
+                                : k == "bw_inter"  ? &out.bw_inter
+                                : k == "mem_bytes" ? &out.mem_bytes
+                                : k == "usable"    ? &out.usable
+                                : k == "beta"      ? &out.beta
+                                                   : nullptr;
+                dcp::check(field != nullptr, dcp::errc::invalid_argument, [&] {
+                  return "Device.replace: no field '" + k +
+                         "'; fields are name, peak, eff_max, x_half, alpha, tau, bw_intra, bw_inter, gpus_per_node, "
+                         "mem_bytes, usable, beta";
+                });
+                *field = nb::cast<double>(value);
+              }
+            }
+            dcp::validate(out);
+            return out;
+          },
+          "fields"_a, "A copy with the named fields replaced (a measured or scaled device), validated.")
       .def("capacity", &dcp::device_spec::capacity, "Bytes per GPU a step may use.")
       .def("__eq__", [](const dcp::device_spec& a, const dcp::device_spec& b) { return a == b; })
       .def("__repr__", [](const dcp::device_spec& d) {
@@ -439,18 +726,19 @@ NB_MODULE(_dcp, m) {
       .def("hash", &dcp::plan::hash, "A 64-bit digest every rank can compare.")
       .def(
           "violations",
-          [](const dcp::plan& p, const dcp::analytic_cost& cost, nb::handle lengths) {
-            const dcp::dataset batch = to_sequences(lengths, "lengths");
+          [](const dcp::plan& p, const dcp::analytic_cost& cost, nb::handle lengths, nb::handle ids) {
+            const dcp::dataset batch = to_sequences(lengths, "lengths", ids);
             return dcp::plan_violations(p, std::span<const dcp::sequence>(batch), cost, groups_of(cost));
           },
-          "cost"_a, "lengths"_a, "The laws this plan breaks for `lengths` on `cost`; empty for a sound plan.")
+          "cost"_a, "lengths"_a, "ids"_a = nb::none(),
+          "The laws this plan breaks for `lengths` (ids: as planned) on `cost`; empty for a sound plan.")
       .def("__eq__", [](const dcp::plan& a, const dcp::plan& b) { return a == b; })
       .def("__repr__", &printed<dcp::plan>);
 
   m.def("plan", &plan_batch, "cost"_a, "lengths"_a, "method"_a = "dcp", "dataset"_a = nb::none(),
-        "global_batch_tokens"_a = 0, "seed"_a = 0, "on_infeasible"_a = "error",
+        "global_batch_tokens"_a = 0, "seed"_a = 0, "on_infeasible"_a = "error", "ids"_a = nb::none(),
         "Plans one global batch with `method`; bucket, packed and dynamic_cp are tuned on `dataset` (default: the "
-        "batch).");
+        "batch). Sequence i gets id ids[i] (default: i).");
   m.def("method_names",
         [] { return std::vector<std::string>(dcp::sim::method_names.begin(), dcp::sim::method_names.end()); });
 
@@ -551,4 +839,115 @@ NB_MODULE(_dcp, m) {
       .def(
           "batches_in_epoch", [](const sampler& s, std::int64_t epoch) { return s.s.batches_in_epoch(epoch); },
           "epoch"_a);
+  // --- the scheduler -----------------------------------------------------------------------------
+  nb::class_<rank_step>(m, "RankStep",
+                        "One micro-step of one rank: what to run, with which process groups, how to weight it.")
+      .def_ro("index", &rank_step::index, "The step's position in the plan's steps.")
+      .def_prop_ro(
+          "ranks", [](const rank_step& r) { return nb::make_tuple(r.ranks.first, r.ranks.end()); },
+          "(first, end): the step's planner units.")
+      .def_prop_ro("sp", [](const rank_step& r) { return r.ranks.size; })
+      .def_ro("ring", &rank_step::ring)
+      .def_prop_ro("ulysses", [](const rank_step& r) { return r.ranks.size / r.ring; })
+      .def_ro("group_rank", &rank_step::group_rank, "This rank's unit's position in the step: its token shard.")
+      .def_ro("tp_rank", &rank_step::tp_rank)
+      .def_ro("checkpointed_blocks", &rank_step::checkpointed_blocks, "Recompute the first k blocks.")
+      .def_ro("start_s", &rank_step::start_s)
+      .def_ro("time_s", &rank_step::time_s)
+      .def_ro("sequences", &rank_step::sequences)
+      .def_ro("gpus", &rank_step::gpus, "The step's process ranks (sp x tp of them).")
+      .def_ro("ulysses_gpus", &rank_step::ulysses_gpus, "This rank's Ulysses group (its TP rank in u units).")
+      .def_ro("ring_gpus", &rank_step::ring_gpus, "This rank's ring (its TP rank in ring units, u apart).")
+      .def("__repr__", [](const rank_step& r) {
+        return "RankStep(index=" + std::to_string(r.index) + ", ranks=" + printed(r.ranks) +
+               ", ring=" + std::to_string(r.ring) + ", checkpointed_blocks=" + std::to_string(r.checkpointed_blocks) +
+               ", sequences=" + std::to_string(r.sequences.size()) + ")";
+      });
+
+  nb::class_<python_scheduler>(m, "Scheduler",
+                               "dcp's scheduler for a training loop: plans (dcp planner, groups of any size), this "
+                               "rank's steps and their process groups, verification and online calibration.")
+      .def(
+          "__init__",
+          [](python_scheduler* self, const dcp::analytic_cost& cost, nb::object world, int rank, bool calibration,
+             bool probe, std::int64_t global_batch_tokens, std::uint64_t seed, nb::object loss,
+             nb::object on_infeasible) {
+            const int size = cost.layout().gpus;
+            if (!world.is_none()) {
+              const int wr = nb::cast<int>(world.attr("rank")()), ws = nb::cast<int>(world.attr("size")());
+              dcp::check(ws == size, dcp::errc::mismatch, [&] {
+                return "the world has " + std::to_string(ws) + " ranks and the cost model's job " +
+                       std::to_string(size) + " GPUs; build the cost for this world (gpus=" + std::to_string(ws) + ")";
+              });
+              rank = wr;
+            }
+            dcp::check(rank >= 0 && rank < size, dcp::errc::invalid_argument, [&] {
+              return "rank = " + std::to_string(rank) + " is not a rank of the job's " + std::to_string(size) + " GPUs";
+            });
+            dcp::scheduler_options o;
+            o.device = cost.device;
+            o.global_batch_tokens = global_batch_tokens;
+            o.seed = seed;
+            o.calibration.enabled = calibration;
+            o.calibration.probe.enabled = probe;
+            if (!loss.is_none()) o.loss = loss_of(nb::cast<std::string>(loss));
+            if (!on_infeasible.is_none()) o.on_infeasible = infeasible_of(nb::cast<std::string>(on_infeasible));
+            new (self) python_scheduler(python_world(std::move(world), rank, size), cost, std::move(o));
+          },
+          "cost"_a, "world"_a = nb::none(), "rank"_a = 0, "calibration"_a = false, "probe"_a = true,
+          "global_batch_tokens"_a = 0, "seed"_a = 0, "loss"_a = nb::none(), "on_infeasible"_a = nb::none())
+      .def_prop_ro("rank", [](const python_scheduler& s) { return s.world.rank(); })
+      .def_prop_ro("world_size", [](const python_scheduler& s) { return s.world.size(); })
+      .def_prop_ro("cost", [](const python_scheduler& s) { return s.sched.cost(); })
+      .def_prop_ro("calibrating", [](const python_scheduler& s) { return s.sched.calibration() != nullptr; })
+      .def(
+          "plan",
+          [](python_scheduler& s, nb::handle lengths, nb::handle ids) {
+            const dcp::dataset batch = to_sequences(lengths, "lengths", ids);
+            nb::gil_scoped_release unlocked;  // the world's exchange takes it back
+            return s.sched.plan(std::span<const dcp::sequence>(batch));
+          },
+          "lengths"_a, "ids"_a = nb::none(),
+          "Plans a global batch (sequence i gets id ids[i]). Pure and the same on every rank; collective over the "
+          "world when calibrating (it exchanges the observed steps and refits).")
+      .def(
+          "probe",
+          [](python_scheduler& s, nb::handle lengths, nb::handle ids) {
+            const dcp::dataset batch = to_sequences(lengths, "lengths", ids);
+            nb::gil_scoped_release unlocked;
+            return s.sched.probe(std::span<const dcp::sequence>(batch));
+          },
+          "lengths"_a, "ids"_a = nb::none(),
+          "The start-up probe of the first batch (calibrating, before the first plan): run and observe its steps, "
+          "discard their gradients, then plan.")
+      .def(
+          "verify", [](python_scheduler& s, const dcp::plan& p) { s.sched.verify(p); }, "plan"_a,
+          "Collective: raises dcp.Error (code mismatch) on every rank unless all ranks hold the same plan.")
+      .def(
+          "steps_for",
+          [](const python_scheduler& s, const dcp::plan& p, std::optional<int> rank) {
+            return steps_of_rank(s.sched, p, rank.value_or(s.world.rank()));
+          },
+          "plan"_a, "rank"_a = nb::none(),
+          "The micro-steps of `rank` (default: this one) in `plan`, in execution order. Any plan for this job "
+          "(dcp.plan with the scheduler's cost, any method) is accepted.")
+      .def(
+          "process_groups", [](const python_scheduler& s, const dcp::plan& p) { return process_groups_of(s.sched, p); },
+          "plan"_a,
+          "Every process group of two or more ranks that the plan's steps use, once each, in the order every rank "
+          "computes alike (the order to create them collectively).")
+      .def(
+          "observe",
+          [](python_scheduler& s, nb::handle step, double seconds, double peak_bytes) {
+            const std::size_t index =
+                nb::isinstance<rank_step>(step) ? nb::cast<const rank_step&>(step).index : nb::cast<std::size_t>(step);
+            s.sched.observe(index, seconds, peak_bytes);
+          },
+          "step"_a, "seconds"_a, "peak_bytes"_a = 0.0,
+          "Records what this rank measured for a step of the last plan (a RankStep or its index): seconds, and "
+          "peak memory in bytes (0: not measured). Calibration only.")
+      .def("__repr__", [](const python_scheduler& s) {
+        return "Scheduler(rank " + std::to_string(s.world.rank()) + " of " + std::to_string(s.world.size()) + ", " +
+               s.sched.cost().model.name + (s.sched.calibration() ? ", calibrating)" : ")");
+      });
 }

@@ -281,3 +281,103 @@ def test_readme_python_block_runs_as_written():
         exec(compile(block, "README.md (Python)", "exec"), {})
     finally:
         os.chdir(cwd)
+
+
+# --- the scheduler ---------------------------------------------------------------------------------
+
+
+class FakeWorld:
+    """A world of `size` ranks whose all-reduce sees every rank's array: the ranks' schedulers run
+    in turn, so each call records its array and returns the reduction of the arrays recorded so
+    far with the others' (test only; dcp.torch.World does this over torch.distributed)."""
+
+    def __init__(self, rank, size, others):
+        self._rank, self._size, self.others = rank, size, others
+
+    def rank(self):
+        return self._rank
+
+    def size(self):
+        return self._size
+
+    def all_reduce(self, array, op):
+        values = [array] + self.others
+        return np.sum(values, axis=0) if op == "sum" else np.max(values, axis=0)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scheduler_steps_cover_the_plan_once(seed):
+    lengths = random_lengths(seed, high=400000)
+    ids = np.arange(100, 100 + lengths.size)
+    cost = dcp.Cost("llama3-8b", "h200", gpus=12, gpus_per_node=4, ring=2)
+    sched = dcp.Scheduler(cost, rank=0, seed=seed)
+    p = sched.plan(lengths, ids=ids)
+    assert p.hash() == dcp.plan(cost, lengths, ids=ids).hash()  # the scheduler plans as dcp.plan
+    assert not p.violations(cost, lengths, ids=ids)
+    assert sorted(q.id for st in p.steps for q in st.sequences) == ids.tolist()
+    groups = {tuple(g) for g in sched.process_groups(p)}
+    assert len(groups) == len(sched.process_groups(p))
+    members = {}
+    for rank in range(cost.total_gpus):
+        steps = sched.steps_for(p, rank)
+        assert [s.index for s in steps] == sorted(s.index for s in steps)  # execution order
+        for s in steps:
+            st = p.steps[s.index]
+            assert s.ranks == st.ranks and s.checkpointed_blocks == st.checkpointed_blocks
+            assert s.group_rank == rank - st.first and s.gpus == list(range(*st.ranks))
+            assert s.ulysses * s.ring == s.sp and rank in s.ulysses_gpus and rank in s.ring_gpus
+            assert len(s.ulysses_gpus) == s.ulysses and len(s.ring_gpus) == s.ring
+            for g in (s.gpus, s.ulysses_gpus, s.ring_gpus):
+                assert len(g) == 1 or tuple(g) in groups  # every group the step needs is listed
+            members.setdefault(s.index, []).append(rank)
+    # Every step runs on exactly its ranks.
+    assert members == {i: list(range(*st.ranks)) for i, st in enumerate(p.steps)}
+
+
+def test_scheduler_verify_and_calibration_exchange_through_the_world():
+    cost = dcp.Cost("llama3-8b", "h200", gpus=2)
+    lengths = random_lengths(5, n=16)
+    plain = dcp.Scheduler(cost, rank=1)
+    with pytest.raises(dcp.Error, match="no world to exchange with") as e:
+        plain.verify(plain.plan(lengths))
+    assert e.value.code == "invalid_argument"
+    p = plain.plan(lengths)
+    h = p.hash()
+    same = dcp.Scheduler(cost, world=FakeWorld(0, 2, [np.array([h, h ^ (2**64 - 1)], dtype=np.uint64)]))
+    same.verify(p)
+    other = np.array([h ^ 1, (h ^ 1) ^ (2**64 - 1)], dtype=np.uint64)
+    with pytest.raises(dcp.Error, match="plan mismatch") as e:
+        dcp.Scheduler(cost, world=FakeWorld(0, 2, [other])).verify(p)
+    assert e.value.code == "mismatch"
+    # Calibrating: observations of this rank's steps travel in the next plan's exchange.
+    cal = dcp.Scheduler(cost, world=FakeWorld(0, 2, []), calibration=True)
+    assert cal.calibrating
+    first = cal.plan(lengths)
+    for s in cal.steps_for(first):
+        cal.observe(s, 0.5 * s.time_s)
+    with pytest.raises(dcp.Error, match="already observed"):
+        cal.observe(cal.steps_for(first)[0], 1.0)
+    assert cal.plan(lengths).makespan_s < first.makespan_s  # the clock was learned twice as fast
+    with pytest.raises(dcp.Error, match="the world has 3 ranks"):
+        dcp.Scheduler(cost, world=FakeWorld(0, 3, []))
+
+
+def test_scheduler_and_device_errors_name_the_value():
+    cost = dcp.Cost("llama3-8b", "h200", gpus=4)
+    with pytest.raises(dcp.Error, match="rank = 4"):
+        dcp.Scheduler(cost, rank=4)
+    sched = dcp.Scheduler(cost)
+    with pytest.raises(dcp.Error, match="ids holds 3 twice"):
+        sched.plan([100, 200], ids=[3, 3])
+    with pytest.raises(dcp.Error, match="one id per sequence"):
+        sched.plan([100, 200], ids=[3])
+    with pytest.raises(dcp.Error, match="the plan is for 8 units"):
+        sched.steps_for(dcp.plan(dcp.Cost("llama3-8b", "h200", gpus=8), [100]))
+    with pytest.raises(dcp.Error, match="calibration is off"):
+        sched.observe(0, 1.0)
+    d = dcp.device_preset("h100")
+    assert d.replace(mem_bytes=40e9).capacity() == pytest.approx(40e9 * d.usable)
+    with pytest.raises(dcp.Error, match="no field 'memory'"):
+        d.replace(memory=1)
+    with pytest.raises(dcp.Error, match="mem_bytes"):
+        d.replace(mem_bytes=-1)
