@@ -739,6 +739,26 @@ NB_MODULE(_dcp, m) {
         "global_batch_tokens"_a = 0, "seed"_a = 0, "on_infeasible"_a = "error", "ids"_a = nb::none(),
         "Plans one global batch with `method`; bucket, packed and dynamic_cp are tuned on `dataset` (default: the "
         "batch). Sequence i gets id ids[i] (default: i).");
+  m.def(
+      "_plan_seconds",
+      [](const dcp::analytic_cost& cost, nb::handle lengths, const std::string& method, int repeats) {
+        // The C++ side of python/benchmarks/plan_overhead.py: the call `plan` makes, timed in C++.
+        const dcp::dataset batch = to_sequences(lengths, "lengths");
+        dcp::sim::method_settings s;
+        std::vector<double> seconds;
+        nb::gil_scoped_release unlocked;
+        for (int r = 0; r < repeats; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const dcp::planning_context ctx{cost, dcp::selective_recompute{}, groups_of(cost)};
+          const dcp::plan p = dcp::sim::with_method(method, ctx, std::span<const dcp::sequence>(batch), s,
+                                                    [&](const auto& planner, double) { return planner.plan(ctx, batch); });
+          seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          dcp::check(!p.steps.empty() || batch.empty(), dcp::errc::invalid_argument, [] { return std::string("empty plan"); });
+        }
+        return seconds;
+      },
+      "cost"_a, "lengths"_a, "method"_a = "dcp", "repeats"_a = 1,
+      "Seconds of each of `repeats` C++ planning calls on `lengths` (what plan() runs, without the Python side).");
   m.def("method_names",
         [] { return std::vector<std::string>(dcp::sim::method_names.begin(), dcp::sim::method_names.end()); });
 

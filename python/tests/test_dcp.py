@@ -283,6 +283,17 @@ def test_readme_python_block_runs_as_written():
         os.chdir(cwd)
 
 
+def test_readme_torch_loop_is_the_examples_own():
+    """The README's PyTorch loop is the Python example's, verbatim (up to indentation)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("**In a PyTorch loop.**"):]
+    block = section[section.index("```python\n") + len("```python\n"):]
+    block = block[: block.index("```")]
+    example = (REPO / "examples" / "python_train" / "train.py").read_text(encoding="utf-8")
+    dedented = "\n".join(line[8:] if line.startswith(" " * 8) else line for line in example.splitlines())
+    assert block.strip() in dedented
+
+
 # --- the scheduler ---------------------------------------------------------------------------------
 
 
