@@ -209,20 +209,31 @@ struct gpt_impl : torch::nn::Module {
   template <class Comm>
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions, const packed_context<Comm>& c,
                         int checkpointed) {
+    return logits(run_blocks(embed(tokens, positions, c), c, 0, int(blocks.size()), checkpointed));
+  }
+
+  /// The pieces a pipeline stage runs: the embeddings (the first stage), blocks [first, last)
+  /// with the first `checkpointed` of them recomputed, and the head (the last stage).
+  template <class Comm>
+  torch::Tensor embed(const torch::Tensor& tokens, const torch::Tensor& positions, const packed_context<Comm>& c) {
     for (std::size_t i = 0; i + 1 < c.seq_begin.size(); ++i)
       dcp::check(c.seq_begin[i + 1] - c.seq_begin[i] <= config.max_len, dcp::errc::invalid_argument, [&] {
         return "gpt: a sequence of " + std::to_string(c.seq_begin[i + 1] - c.seq_begin[i]) +
                " tokens is longer than max_len = " + std::to_string(config.max_len) +
                " positions; build the model with a larger max_len";
       });
-    torch::Tensor x = tok(tokens) + pos(positions);
-    for (int l = 0; l < int(blocks.size()); ++l) {
+    return tok(tokens) + pos(positions);
+  }
+  template <class Comm>
+  torch::Tensor run_blocks(torch::Tensor x, const packed_context<Comm>& c, int first, int last, int checkpointed) {
+    for (int l = first; l < last; ++l) {
       auto& b = blocks[std::size_t(l)];
-      if (l < checkpointed) x = checkpoint([b, c](const torch::Tensor& in) { return b->forward(in, c); }, x);
+      if (l - first < checkpointed) x = checkpoint([b, c](const torch::Tensor& in) { return b->forward(in, c); }, x);
       else x = b->forward(x, c);
     }
-    return head(ln_f(x));
+    return x;
   }
+  torch::Tensor logits(const torch::Tensor& x) { return head(ln_f(x)); }
 
   gpt_config config;
   torch::nn::Embedding tok, pos;

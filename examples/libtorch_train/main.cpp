@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -47,6 +48,8 @@ struct arguments {
   int threads = 1;
   bool regenerate = false;
   bool calibrate = false;  // online calibration, starting with the start-up probe
+  std::string losses_path;  // rank 0 writes every step's loss here at full precision
+  int pp = 1;               // pipeline stages
 };
 
 [[noreturn]] void usage(int code) {
@@ -54,11 +57,13 @@ struct arguments {
       "usage: mpirun -np R dcp-train-libtorch [--steps N] [--dtype float|double] [--planner dcp|bucket|packed]\n"
       "         [--lr X] [--weight-decay X] [--hidden H] [--heads A] [--mlp F] [--blocks L]\n"
       "         [--corpus FILE] [--regenerate] [--documents N] [--min-len N] [--max-len N] [--seed S]\n"
-      "         [--global-batch-tokens N] [--fit-tokens N] [--threads T] [--calibrate]\n"
+      "         [--global-batch-tokens N] [--fit-tokens N] [--threads T] [--calibrate] [--losses FILE] [--pp P]\n"
       "--corpus: a tokenised corpus file; rank 0 generates it (--documents, --min-len, --max-len, --seed)\n"
       "          when it does not exist (or always, with --regenerate).\n"
       "--fit-tokens: the planner's device holds this many tokens per rank with nothing checkpointed.\n"
       "--threads: intra-op threads per rank (default 1: one core per rank).\n"
+      "--pp: pipeline stages (each holds its share of the blocks on R / P ranks; activations go stage to stage).\n"
+      "--losses: rank 0 writes 'step loss tokens seconds' per step, the loss at full precision (curves to compare).\n"
       "--calibrate: plan with online calibration (dcp planner): the start-up probe runs a few micro-steps of the\n"
       "  first batch before its plan, and every micro-step's wall-clock time refits the clock.\n");
   std::exit(code);
@@ -97,6 +102,8 @@ arguments parse(int argc, char** argv) {
     else if (k == "--global-batch-tokens") a.batch_tokens = integer();
     else if (k == "--fit-tokens") a.fit_tokens = std::stod(value());
     else if (k == "--threads") a.threads = int(integer());
+    else if (k == "--losses") a.losses_path = value();
+    else if (k == "--pp") a.pp = int(integer());
     else {
       std::fprintf(stderr, "dcp-train-libtorch: unknown option %s\n", k.c_str());
       usage(2);
@@ -134,14 +141,15 @@ void print_step(int step, const step_report& s, int world, double seconds) {
 }
 
 template <class Policies>
-void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, Policies policies) {
+void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, const dcp::analytic_cost& cost,
+           Policies policies) {
   const auto spec = spec_of(a.model);
   dcp::scheduler_options o;
-  o.device = scaled_device(spec, world.size(), a.fit_tokens);
+  o.device = cost.device;
   o.global_batch_tokens = a.batch_tokens;
   o.seed = a.seed;
   o.calibration.enabled = a.calibrate;
-  dcp::scheduler<dcp::transformer_spec, dcp::mpi_comm, Policies> sched(spec, world, o, policies);
+  dcp::scheduler<dcp::transformer_spec, dcp::mpi_comm, Policies> sched(spec, world, cost, o, policies);
   sched.set_dataset(data.dataset());
   auto model = make_gpt(a.model, a.dtype == "double" ? torch::kFloat64 : torch::kFloat32);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(a.lr).weight_decay(a.weight_decay));
@@ -155,6 +163,12 @@ void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, Policie
                 a.model.hidden, a.model.heads, a.model.mlp, a.model.vocab, (long long)params, a.lr, data.size(),
                 (long long)a.batch_tokens);
   double total = 0;
+  std::ofstream losses;
+  if (root && !a.losses_path.empty()) {
+    losses.open(a.losses_path);
+    dcp::check(bool(losses), dcp::errc::io_error,
+               [&] { return "--losses " + a.losses_path + ": cannot write the file; check the folder"; });
+  }
   for (int i = 0; i < a.steps; ++i) {
     world.barrier();  // times the step alone, not a late rank's previous one
     const auto t0 = std::chrono::steady_clock::now();
@@ -165,10 +179,18 @@ void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, Policie
         std::printf("start-up probe: %zu micro-steps of the first batch (%.3f s predicted), measured before its plan\n",
                     probe.steps.size(), probe.makespan_s);
     }
-    const auto s = train_step(sched, *model, opt, data, batch.sequences);
+    const auto s = a.pp > 1 ? pipeline_train_step(sched, *model, opt, data, batch.sequences)
+                            : train_step(sched, *model, opt, data, batch.sequences);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i > 0) total += dt;
     if (root) print_step(i, s, world.size(), dt);
+    if (losses.is_open()) {
+      std::int64_t tokens = 0;
+      for (const auto& q : batch.sequences) tokens += q.spatial * q.frames;
+      char line[96];
+      std::snprintf(line, sizeof line, "%d %.17g %lld %.6f\n", i, s.loss, (long long)tokens, dt);
+      losses << line << std::flush;
+    }
     if (root && a.calibrate)
       std::printf("          planned with memory margin %.4f on the calibrated clock (%zu timed micro-steps)\n",
                   sched.calibration()->model().memory_margin, sched.calibration()->report().time_points);
@@ -190,18 +212,20 @@ void run(dcp::mpi_comm& world, const arguments& a) {
   b.model.max_len = int(std::max<std::int64_t>(data.longest(), 1));
   if (b.batch_tokens == 0) b.batch_tokens = 2048 * std::int64_t(world.size());
   const auto spec = spec_of(b.model);
-  const auto cost = dcp::make_analytic_cost(spec, scaled_device(spec, world.size(), b.fit_tokens), world.size());
+  const auto device = scaled_device(spec, world.size(), b.fit_tokens);
+  const auto cost = dcp::make_analytic_cost(
+      spec, device, dcp::parallel_layout{.gpus = world.size(), .gpus_per_node = device.gpus_per_node, .pp = b.pp});
   const auto dataset = data.dataset();
   if (b.planner == "dcp") {
-    train(world, b, data, dcp::default_policies{});
+    train(world, b, data, cost, dcp::default_policies{});
   } else if (b.planner == "bucket") {
     dcp::policies<dcp::bucket_planner> p;
     p.planner = dcp::tune(dcp::bucket_planner{}, cost, std::span<const dcp::sequence>(dataset), b.batch_tokens, b.seed);
-    train(world, b, data, p);
+    train(world, b, data, cost, p);
   } else {
     dcp::policies<dcp::packed_planner> p;
     p.planner = dcp::tune(dcp::packed_planner{}, cost, std::span<const dcp::sequence>(dataset), b.batch_tokens, b.seed);
-    train(world, b, data, p);
+    train(world, b, data, cost, p);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include <dcp/comm/shard.hpp>
 #include <dcp/cost/device.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/scheduler.hpp>
 #include <dcp/sequence.hpp>
@@ -182,6 +184,94 @@ step_report train_step(Scheduler& sched, gpt_impl& model, torch::optim::Optimize
   }
   r.micro_steps = steps.size();
   r.loss = all_reduce_gradients(sched.world(), model, loss_sum);
+  opt.step();
+  return r;
+}
+
+/// The blocks [first, last) pipeline stage `stage` of `stages` holds: an even split, the first
+/// L mod P stages one block more (the heaviest stage's ceil(L / P) is what dcp prices).
+inline dcp::shard stage_blocks(int blocks, int stages, int stage) { return dcp::shard_of(blocks, stages, stage); }
+
+/// One training step of a pipelined plan (pp > 1; collective over `sched.world()`): this rank
+/// runs its stage's share of each of its micro-steps, forwards and backwards in the order
+/// `pipeline_for` gives (1F1B). A forward takes the embeddings (first stage) or the previous
+/// stage's activations of this rank's token shard, runs the stage's blocks (the step's first k
+/// recomputed) and sends the result on, or, on the last stage, takes the weighted loss. A
+/// backward takes the next stage's gradient (or starts from the loss) and sends its input's
+/// gradient back. Sends do not wait for their receiver (`isend`), so neighbours sending to each
+/// other do not wait on each other. Every rank holds the whole model; the parameters a rank does
+/// not run get no gradient, so the one all-reduce SUM over the world gives every parameter its
+/// full-batch gradient on every rank, and the optimizer step is the same everywhere.
+template <class Scheduler>
+step_report pipeline_train_step(Scheduler& sched, gpt_impl& model, torch::optim::Optimizer& opt, const corpus& data,
+                                std::span<const dcp::sequence> batch) {
+  using comm_type = typename Scheduler::comm_type;
+  step_report r;
+  r.plan = sched.plan(batch);
+  sched.verify(r.plan);
+  auto work = sched.pipeline_for(r.plan);
+  auto& world = sched.world();
+  const torch::Dtype dtype = model.parameters().front().scalar_type();
+  const dcp::shard mine = stage_blocks(model.config.blocks, work.stages, work.stage);
+  const bool first = work.stage == 0, last = work.stage + 1 == work.stages;
+  struct in_flight {
+    micro_batch<comm_type> mb;
+    torch::Tensor input, output;  // the stage's input (a leaf past the first stage) and its output or loss
+  };
+  std::vector<std::optional<in_flight>> live(work.steps.size());
+  std::vector<std::pair<typename comm_type::pending_send, torch::Tensor>> sends;  // buffers live until sent
+  auto tag = [](std::size_t index, bool backward) { return int(2 * index + (backward ? 1 : 0)); };
+  auto send = [&](const torch::Tensor& t, int peer, int tg) {
+    torch::Tensor c = t.detach().contiguous();
+    if (c.numel() == 0) return;  // an empty shard: both sides know it
+    auto run = [&]<class T>(T*) {
+      sends.emplace_back(world.isend(std::span<const T>(c.data_ptr<T>(), std::size_t(c.numel())), peer, tg), c);
+    };
+    if (dtype == torch::kFloat64) run(static_cast<double*>(nullptr));
+    else run(static_cast<float*>(nullptr));
+  };
+  auto receive = [&](std::int64_t rows, int peer, int tg) {
+    torch::Tensor t = torch::empty({rows, model.config.hidden}, torch::TensorOptions().dtype(dtype));
+    if (rows == 0) return t;
+    auto run = [&]<class T>(T*) { world.recv(std::span<T>(t.data_ptr<T>(), std::size_t(t.numel())), peer, tg); };
+    if (dtype == torch::kFloat64) run(static_cast<double*>(nullptr));
+    else run(static_cast<float*>(nullptr));
+    return t;
+  };
+  opt.zero_grad();
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(dtype));
+  for (const dcp::pipeline_op& op : work.ops) {
+    const auto& st = work.steps[op.step];
+    const int k = std::min<int>(st.checkpointed_blocks, int(mine.count));
+    if (!op.backward) {
+      in_flight f{make_micro_batch(data, st, dtype), {}, {}};
+      const std::int64_t rows = f.mb.tokens.size(0);
+      f.input = first ? model.embed(f.mb.tokens, f.mb.positions, f.mb.context)
+                      : receive(rows, work.previous, tag(st.index, false)).requires_grad_(true);
+      torch::Tensor x = model.run_blocks(f.input, f.mb.context, int(mine.begin), int(mine.end()), k);
+      if (last) {
+        f.output = (F::cross_entropy(model.logits(x), f.mb.targets, F::CrossEntropyFuncOptions().reduction(torch::kNone)) *
+                    f.mb.weights)
+                       .sum();
+        loss_sum += f.output.detach();
+      } else {
+        send(x, work.next, tag(st.index, false));
+        f.output = x;
+      }
+      r.recomputed += k;
+      live[op.step] = std::move(f);
+    } else {
+      in_flight& f = *live[op.step];
+      if (last) f.output.backward();
+      else f.output.backward(receive(f.output.size(0), work.next, tag(st.index, true)));
+      if (!first) send(f.input.grad().defined() ? f.input.grad() : torch::zeros_like(f.input), work.previous,
+                       tag(st.index, true));
+      live[op.step].reset();  // its activations go
+    }
+  }
+  for (auto& [pending, buffer] : sends) world.wait(pending);
+  r.micro_steps = work.steps.size();
+  r.loss = all_reduce_gradients(world, model, loss_sum);
   opt.step();
   return r;
 }

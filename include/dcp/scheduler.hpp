@@ -25,6 +25,9 @@
 /// TP groups; each step's `ulysses_comm()` / `ring_comm()` hold this TP rank's GPUs of its units,
 /// and `tp_group()`, `ep_group()`, `data_parallel_group()` (reduce dense gradients over it instead
 /// of the world) and `expert_data_parallel_group()` are the run's fixed groups (DESIGN 4.4).
+/// With pipeline stages (a cost model whose layout has pp > 1) `pipeline_for(plan)` gives a rank
+/// its stage, its steps, their forwards and backwards in 1F1B order and its neighbours' ranks
+/// (DESIGN 4.5).
 
 #include <algorithm>
 #include <cmath>
@@ -49,6 +52,7 @@
 #include <dcp/layout.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/probe.hpp>
@@ -122,13 +126,14 @@ struct micro_step {
   Comm* ring_group = nullptr;     ///< with ring > 1 or tp > 1: this rank's ring (ring units, u apart)
   parallel_layout layout{};       ///< the job's layout: GPUs per unit `layout.tp` (DESIGN section 4.2)
   int tp_rank = 0;                ///< this GPU's rank in its unit's TP group
+  int stage = 0;                  ///< this GPU's pipeline stage (its group is the stage's matching units)
 
   int sp() const noexcept { return ranks.size; }
   int ulysses() const noexcept { return ranks.size / ring; }
   /// GPUs per unit.
   int tp() const noexcept { return layout.tp; }
-  /// The GPU ranks of the step: its sp units' sp tp GPUs.
-  rank_block gpus() const noexcept { return layout.gpus_of(ranks); }
+  /// The GPU ranks of the step: its sp units' sp tp GPUs on this GPU's stage.
+  rank_block gpus() const noexcept { return layout.gpus_of(ranks, stage); }
   /// Every GPU of the step (sp tp of them, in GPU order).
   Comm& comm() const noexcept { return *group; }
   /// The communicator of the step's Ulysses all-to-alls: the GPUs of this TP rank in the u units
@@ -136,6 +141,16 @@ struct micro_step {
   Comm& ulysses_comm() const noexcept { return ulysses_group ? *ulysses_group : *group; }
   /// The communicator `ring_attention_forward`/`_backward` pass K/V blocks over (ring > 1 only).
   Comm& ring_comm() const noexcept { return *ring_group; }
+};
+
+/// A rank's share of a pipelined plan: `ops` index `steps` (its micro-steps in plan order) and
+/// run in order; `previous` / `next` are the GPU ranks of the neighbouring stages (-1 at the ends).
+template <class Comm>
+struct pipeline_work {
+  int stage = 0, stages = 1;
+  std::vector<micro_step<Comm>> steps;
+  std::vector<pipeline_op> ops;  ///< `step` indexes `steps`; forward or backward
+  int previous = -1, next = -1;
 };
 
 namespace detail {
@@ -190,6 +205,10 @@ class scheduler {
     if constexpr (skipping_planner<planner_type>)
       if (options_.on_infeasible) policies_.planner.on_infeasible = *options_.on_infeasible;
     if (options_.calibration.enabled) {
+      check(layout().pp == 1, errc::unsupported, [&] {
+        return "scheduler: calibration fits the flat (pp = 1) model; the cost model has pp = " +
+               std::to_string(layout().pp) + " pipeline stages, turn calibration off";
+      });
       check(tp() == 1, errc::unsupported, [&] {
         return "scheduler: calibration fits the tp = 1 model; the cost model has tp = " + std::to_string(tp()) +
                ", turn calibration off";
@@ -332,11 +351,15 @@ class scheduler {
   /// Collective (creates group communicators the first time a size is used): this rank's
   /// micro-steps of `p`, in execution order.
   std::vector<micro_step<Comm>> steps_for(const dcp::plan& p) {
-    check(p.gpus == layout().units() && p.layout.tp == tp(), errc::mismatch, [&] {
+    check(p.gpus == layout().units() && p.layout.tp == tp() && p.layout.pp == layout().pp, errc::mismatch, [&] {
       return "plan for " + std::to_string(p.gpus) +
              (p.layout.tp == 1 ? std::string(" GPUs") : " units of tp = " + std::to_string(p.layout.tp)) +
              " given to a world of " + std::to_string(world_->size()) + " ranks" +
-             (tp() == 1 ? std::string() : " with tp = " + std::to_string(tp())) + "; plan with this scheduler";
+             (tp() == 1 ? std::string() : " with tp = " + std::to_string(tp())) +
+             (p.layout.pp == layout().pp
+                  ? std::string()
+                  : ", its pp = " + std::to_string(p.layout.pp) + " against the job's " + std::to_string(layout().pp)) +
+             "; plan with this scheduler";
     });
     std::vector<int> sizes;
     for (const auto& s : p.steps) sizes.push_back(s.sp());
@@ -357,12 +380,33 @@ class scheduler {
       out.back().ring = s.ring;
       out.back().layout = layout();
       out.back().tp_rank = layout().tp_rank_of(world_->rank());
+      out.back().stage = layout().stage_of(world_->rank());
       if (s.ring > 1 || tp() > 1) {
         out.back().ulysses_group = &groups_.ulysses_for(s.ranks, s.ring);
         out.back().ring_group = &groups_.ring_for(s.ranks, s.ring);
       }
     }
     return out;
+  }
+
+  /// Collective like `steps_for`: this rank's share of a pipelined plan (pp > 1; DESIGN section
+  /// 4.5). Its stage, its steps (as `steps_for`: groups of its stage's matching units), the order
+  /// to run their forwards and backwards in (1F1B per round, what the plan's schedule timed), and
+  /// the GPUs it exchanges activations (forward) and their gradients (backward) with on the
+  /// neighbouring stages: the same unit and TP rank, one stage before and after.
+  pipeline_work<Comm> pipeline_for(const dcp::plan& p) {
+    pipeline_work<Comm> w;
+    w.stages = layout().pp;
+    w.stage = layout().stage_of(world_->rank());
+    w.steps = steps_for(p);
+    std::vector<std::size_t> position(p.steps.size(), p.steps.size());
+    for (std::size_t i = 0; i < w.steps.size(); ++i) position[w.steps[i].index] = i;
+    for (const pipeline_op& o : pipeline_ops(p, w.stages, layout().unit_of(world_->rank()), w.stage))
+      w.ops.push_back({position[o.step], o.backward});
+    const int g = layout().stage_gpus();
+    w.previous = w.stage > 0 ? world_->rank() - g : -1;
+    w.next = w.stage + 1 < w.stages ? world_->rank() + g : -1;
+    return w;
   }
 
   /// Sets the dataset the sampler draws global batches from (budget and seed from the options;
@@ -432,11 +476,6 @@ class scheduler {
     }
     if constexpr (buildable_cost<cost_type, Model>)
       if (!given) return cost_factory<cost_type>::make(model_, job_device(), world_->size());
-    check(given->layout().pp == 1, errc::unsupported, [&] {
-      return "the cost model's layout has pp = " + std::to_string(given->layout().pp) +
-             " pipeline stages; the scheduler hands out data x sequence parallel steps only (pp = 1): "
-             "plan pipelines with the planners and dcp-sim --pp";
-    });
     check(given->layout().gpus == world_->size(), errc::mismatch, [&] {
       return "the cost model is for " + std::to_string(given->gpus()) +
              (given->layout().tp == 1 ? std::string(" GPUs")

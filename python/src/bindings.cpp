@@ -24,6 +24,7 @@
 #include <dcp/model/config.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
@@ -388,16 +389,17 @@ struct rank_step {
   int group_rank = 0;
   int ring = 1;
   int tp_rank = 0;
+  int stage = 0;
   int checkpointed_blocks = 0;
   double start_s = 0, time_s = 0;
   std::vector<dcp::planned_sequence> sequences;
   std::vector<int> gpus, ulysses_gpus, ring_gpus;
 };
 
-// The GPU ranks of TP rank `t` in `units`.
-std::vector<int> gpus_at(const dcp::parallel_layout& layout, const std::vector<int>& units, int t) {
+// The GPU ranks of TP rank `t` in `units` on pipeline stage `stage`.
+std::vector<int> gpus_at(const dcp::parallel_layout& layout, const std::vector<int>& units, int t, int stage) {
   std::vector<int> out;
-  for (const int u : units) out.push_back(layout.gpus_of({u, 1}).first + t);
+  for (const int u : units) out.push_back(layout.gpus_of({u, 1}, stage).first + t);
   return out;
 }
 
@@ -413,9 +415,10 @@ std::pair<std::vector<int>, std::vector<int>> split_units(dcp::rank_block block,
 
 void check_plan_for(const python_scheduler_type& s, const dcp::plan& p) {
   const auto& l = s.layout();
-  dcp::check(p.gpus == l.units() && p.layout.tp == l.tp, dcp::errc::mismatch, [&] {
+  dcp::check(p.gpus == l.units() && p.layout.tp == l.tp && p.layout.pp == l.pp, dcp::errc::mismatch, [&] {
     return "the plan is for " + std::to_string(p.gpus) + " units of tp = " + std::to_string(p.layout.tp) +
-           ", the scheduler's job has " + std::to_string(l.units()) + " units of tp = " + std::to_string(l.tp) +
+           " on pp = " + std::to_string(p.layout.pp) + ", the scheduler's job has " + std::to_string(l.units()) +
+           " units of tp = " + std::to_string(l.tp) + " on pp = " + std::to_string(l.pp) +
            "; plan with this scheduler or with its cost";
   });
 }
@@ -427,19 +430,20 @@ std::vector<rank_step> steps_of_rank(const python_scheduler_type& s, const dcp::
   dcp::check(rank >= 0 && rank < l.gpus, dcp::errc::invalid_argument, [&] {
     return "rank = " + std::to_string(rank) + " is not a rank of the job's " + std::to_string(l.gpus) + " GPUs";
   });
-  const int unit = l.unit_of(rank), t = l.tp_rank_of(rank);
+  const int unit = l.unit_of(rank), t = l.tp_rank_of(rank), stage = l.stage_of(rank);
   std::vector<rank_step> out;
   for (const std::size_t i : p.steps_of(unit)) {
     const auto& st = p.steps[i];
     rank_step r;
     r.index = i, r.ranks = st.ranks, r.group_rank = unit - st.ranks.first, r.ring = st.ring, r.tp_rank = t;
+    r.stage = stage;
     r.checkpointed_blocks = st.checkpointed_blocks, r.start_s = st.start_s, r.time_s = st.time_s;
     r.sequences = st.sequences;
-    const dcp::rank_block g = l.gpus_of(st.ranks);
+    const dcp::rank_block g = l.gpus_of(st.ranks, stage);
     for (int k = 0; k < g.size; ++k) r.gpus.push_back(g.first + k);
     const auto [uly, rng] = split_units(st.ranks, st.ring, r.group_rank);
-    r.ulysses_gpus = gpus_at(l, uly, t);
-    r.ring_gpus = gpus_at(l, rng, t);
+    r.ulysses_gpus = gpus_at(l, uly, t, stage);
+    r.ring_gpus = gpus_at(l, rng, t, stage);
     out.push_back(std::move(r));
   }
   return out;
@@ -456,18 +460,19 @@ std::vector<std::vector<int>> process_groups_of(const python_scheduler_type& s, 
   auto add = [&](std::vector<int> g) {
     if (g.size() > 1 && seen.insert(g).second) out.push_back(std::move(g));
   };
-  for (const auto& st : p.steps) {
-    const dcp::rank_block g = l.gpus_of(st.ranks);
-    std::vector<int> all;
-    for (int k = 0; k < g.size; ++k) all.push_back(g.first + k);
-    add(std::move(all));
-    for (int pos = 0; pos < st.sp(); ++pos)
-      for (int t = 0; t < l.tp; ++t) {
-        const auto [uly, rng] = split_units(st.ranks, st.ring, pos);
-        add(gpus_at(l, uly, t));
-        add(gpus_at(l, rng, t));
-      }
-  }
+  for (int stage = 0; stage < l.pp; ++stage)
+    for (const auto& st : p.steps) {
+      const dcp::rank_block g = l.gpus_of(st.ranks, stage);
+      std::vector<int> all;
+      for (int k = 0; k < g.size; ++k) all.push_back(g.first + k);
+      add(std::move(all));
+      for (int pos = 0; pos < st.sp(); ++pos)
+        for (int t = 0; t < l.tp; ++t) {
+          const auto [uly, rng] = split_units(st.ranks, st.ring, pos);
+          add(gpus_at(l, uly, t, stage));
+          add(gpus_at(l, rng, t, stage));
+        }
+    }
   std::sort(out.begin(), out.end(),
             [](const auto& a, const auto& b) { return a.size() != b.size() ? a.size() < b.size() : a < b; });
   return out;
@@ -871,6 +876,7 @@ NB_MODULE(_dcp, m) {
       .def_prop_ro("ulysses", [](const rank_step& r) { return r.ranks.size / r.ring; })
       .def_ro("group_rank", &rank_step::group_rank, "This rank's unit's position in the step: its token shard.")
       .def_ro("tp_rank", &rank_step::tp_rank)
+      .def_ro("stage", &rank_step::stage, "This rank's pipeline stage: the step runs on its matching units.")
       .def_ro("checkpointed_blocks", &rank_step::checkpointed_blocks, "Recompute the first k blocks.")
       .def_ro("start_s", &rank_step::start_s)
       .def_ro("time_s", &rank_step::time_s)
@@ -951,6 +957,29 @@ NB_MODULE(_dcp, m) {
           "plan"_a, "rank"_a = nb::none(),
           "The micro-steps of `rank` (default: this one) in `plan`, in execution order. Any plan for this job "
           "(dcp.plan with the scheduler's cost, any method) is accepted.")
+      .def(
+          "pipeline_for",
+          [](const python_scheduler& s, const dcp::plan& p, std::optional<int> rank) {
+            const int r = rank.value_or(s.world.rank());
+            const auto& l = s.sched.layout();
+            std::vector<rank_step> steps = steps_of_rank(s.sched, p, r);
+            std::vector<std::size_t> position(p.steps.size(), p.steps.size());
+            for (std::size_t i = 0; i < steps.size(); ++i) position[steps[i].index] = i;
+            nb::list ops;
+            for (const dcp::pipeline_op& o : dcp::pipeline_ops(p, l.pp, l.unit_of(r), l.stage_of(r)))
+              ops.append(nb::make_tuple(position[o.step], o.backward ? "backward" : "forward"));
+            nb::dict out;
+            out["stage"] = l.stage_of(r);
+            out["stages"] = l.pp;
+            out["steps"] = std::move(steps);
+            out["ops"] = ops;
+            out["previous"] = l.stage_of(r) > 0 ? r - l.stage_gpus() : -1;
+            out["next"] = l.stage_of(r) + 1 < l.pp ? r + l.stage_gpus() : -1;
+            return out;
+          },
+          "plan"_a, "rank"_a = nb::none(),
+          "`rank`'s share of a pipelined plan (the cost's pp): its stage, its steps, the (step position, "
+          "'forward' | 'backward') operations in 1F1B order, and the ranks one stage before and after (-1: none).")
       .def(
           "process_groups", [](const python_scheduler& s, const dcp::plan& p) { return process_groups_of(s.sched, p); },
           "plan"_a,

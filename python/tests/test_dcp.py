@@ -392,3 +392,38 @@ def test_scheduler_and_device_errors_name_the_value():
         d.replace(memory=1)
     with pytest.raises(dcp.Error, match="mem_bytes"):
         d.replace(mem_bytes=-1)
+
+
+def test_scheduler_hands_each_rank_its_pipeline_stage():
+    cost = dcp.Cost("llama3-70b", "h200", gpus=32, tp=2, pp=4)  # 4 stages of 4 units
+    sched = dcp.Scheduler(cost)
+    lengths = random_lengths(6, n=40, high=131072)
+    p = sched.plan(lengths)
+    assert not p.violations(cost, lengths)
+    groups = {tuple(g) for g in sched.process_groups(p)}
+    for rank in range(cost.total_gpus):
+        w = sched.pipeline_for(p, rank)
+        stage, per_stage = rank // 8, 8
+        assert w["stage"] == stage and w["stages"] == 4
+        assert w["previous"] == (rank - per_stage if stage > 0 else -1)
+        assert w["next"] == (rank + per_stage if stage < 3 else -1)
+        steps = w["steps"]
+        assert [s.index for s in steps] == [s.index for s in sched.steps_for(p, rank)]
+        for s in steps:
+            assert s.stage == stage and rank in s.gpus and all(g // per_stage == stage for g in s.gpus)
+            assert len(s.gpus) == 1 or tuple(s.gpus) in groups
+        # Every step's forward comes once, before its backward; 1F1B keeps at most 4 - stage in flight.
+        seen, live, most = {}, 0, 0
+        for i, kind in w["ops"]:
+            assert (i, kind) not in seen
+            seen[(i, kind)] = True
+            if kind == "backward":
+                assert (i, "forward") in seen
+                live -= 1
+            else:
+                live += 1
+                most = max(most, live)
+        assert len(seen) == 2 * len(steps)
+        assert most <= 4 - stage
+    with pytest.raises(dcp.Error, match="on pp = 1"):
+        sched.steps_for(dcp.plan(dcp.Cost("llama3-70b", "h200", gpus=32, tp=2, sharding="zero3"), lengths))

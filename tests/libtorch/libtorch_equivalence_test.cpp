@@ -250,6 +250,66 @@ TEST(libtorch_any_size, groups_of_three_and_six_match_full_batch) {
   EXPECT_TRUE(got.cov.other_size) << "no step ran on a group of 3 or 6 ranks";
 }
 
+// Pipeline stages (run alone under mpiexec, --gtest_filter=libtorch_pipeline.*): R ranks as
+// R / 2 stages of 2 units, so pp = 2 on 4 ranks and pp = 4 on 8. A 4-block model, each stage's
+// blocks on its ranks, activations and their gradients sent stage to stage in 1F1B order
+// (`pipeline_train_step`); 3 AdamW steps under dcp, bucket and packed plans match the full-batch
+// reference, with sp > 1, recompute and unequal micro-batch counts per unit present.
+TEST(libtorch_pipeline, stages_match_full_batch) {
+  auto& world = *world_ptr;
+  const int R = world.size();
+  if (R < 4 || R % 2 != 0) GTEST_SKIP() << "pipelines of two units per stage need an even world of 4 or more ranks";
+  setup s;
+  s.model.blocks = 4;
+  s.tokens_per_rank = 8;  // per stage's share of the model: the longest documents need both units
+  const int P = R / 2;
+  const auto spec = spec_of(s.model);
+  const auto options = s.options(R);
+  const auto cost =
+      dcp::make_analytic_cost(spec, options.device, dcp::parallel_layout{.gpus = R, .gpus_per_node = 8, .pp = P});
+  const auto dataset = s.data.dataset();
+  auto run = [&]<class Policies>(Policies policies) {
+    dcp::scheduler<dcp::transformer_spec, dcp::mpi_comm, Policies> sched(spec, world, cost, options, policies);
+    sched.set_dataset(s.data.dataset());
+    auto model = make_gpt(s.model, torch::kFloat64);
+    torch::optim::AdamW opt(model->parameters(), s.adamw());
+    run_result r;
+    for (int i = 0; i < s.steps; ++i) {
+      const auto batch = sched.sampler().next();
+      const auto rep = pipeline_train_step(sched, *model, opt, s.data, batch.sequences);
+      r.losses.push_back(rep.loss);
+      r.cov.add(rep.plan, rep.plan.gpus);  // micro-batches per unit (every stage runs the same)
+    }
+    r.params = flat_parameters(*model);
+    return r;
+  };
+  dcp::policies<dcp::bucket_planner> bucket;
+  bucket.planner =
+      dcp::tune(dcp::bucket_planner{}, cost, std::span<const dcp::sequence>(dataset), s.batch_tokens, s.seed);
+  dcp::policies<dcp::packed_planner> packed;
+  packed.planner =
+      dcp::tune(dcp::packed_planner{}, cost, std::span<const dcp::sequence>(dataset), s.batch_tokens, s.seed);
+  const run_result runs[] = {run(dcp::default_policies{}), run(bucket), run(packed)};
+  if (world.rank() != 0) return;
+  const run_result ref = run_reference(s, R);
+  const char* names[] = {"dcp", "bucket", "packed"};
+  for (int i = 0; i < 3; ++i) {
+    const auto& got = runs[i];
+    const double dp = relative(got.params, ref.params);
+    double dl = 0;
+    ASSERT_EQ(got.losses.size(), ref.losses.size());
+    for (std::size_t k = 0; k < ref.losses.size(); ++k)
+      dl = std::max(dl, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
+    std::printf("%d ranks, pp %d, %-6s params %.2e  losses %.2e  | %s\n", R, P, names[i], dp, dl,
+                describe(got.cov).c_str());
+    EXPECT_LE(dp, 1e-10) << names[i];
+    EXPECT_LE(dl, 1e-10) << names[i];
+    EXPECT_TRUE(got.cov.recompute) << names[i] << " plans recompute no block";
+    EXPECT_GT(got.cov.max_sp, 1) << names[i] << " plans no step with sp > 1";
+  }
+  EXPECT_TRUE(runs[0].cov.unequal_accumulation) << "dcp gives every unit the same number of micro-batches";
+}
+
 TEST(libtorch_corpus, file_round_trip_and_malformed_files) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("dcp_libtorch_corpus_" + std::to_string(::getpid()) + "_" + std::to_string(world_ptr->rank()));

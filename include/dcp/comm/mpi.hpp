@@ -278,6 +278,29 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
     wait(req, "send", peer);
   }
 
+  /// A send in flight (`isend`), finished by `wait`.
+  struct pending_send {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int peer = -1;
+  };
+  /// Starts sending `data` to `peer` with `tag` and returns at once: `data` must stay alive and
+  /// unchanged until `wait` returns. A pipeline stage sends its activations and gradients this
+  /// way, so that two neighbours sending to each other do not wait on each other's receive.
+  template <transferable T>
+  [[nodiscard]] pending_send isend(std::span<const T> data, int peer, int tag) {
+    enter_call("isend");
+    check_p2p("isend", peer, tag);
+    pending_send out{MPI_REQUEST_NULL, peer};
+    detail::mpi_check(
+        MPI_Isend(data.data(), to_int(data.size_bytes(), "isend"), MPI_BYTE, peer, tag, comm_, &out.request),
+        "MPI_Isend", where("isend"));
+    return out;
+  }
+  /// Waits until the send has left `data` (within the timeout, as every call).
+  void wait(pending_send& s) {
+    if (s.request != MPI_REQUEST_NULL) wait(s.request, "isend", s.peer);
+  }
+
   /// Receives exactly `data.size_bytes()` bytes from `peer` with `tag`. A message of another size is
   /// received and dropped, and reported with both sizes.
   template <transferable T>

@@ -19,7 +19,9 @@
 /// `layout.gpus_of(block)`; its communicator holds all of them, in GPU order. `prepare_split`
 /// then splits it per TP rank (the Ulysses and ring groups of a step), and `parallel_groups`
 /// creates the run's fixed TP, expert-parallel and data-parallel communicators (DESIGN section
-/// 4.4 says which GPUs each holds).
+/// 4.4 says which GPUs each holds). With pipeline stages (pp > 1) every block exists once per
+/// stage on the matching GPUs (`gpus_of(block, stage)`): a rank's communicators are its stage's,
+/// and the fixed groups stay inside a stage too.
 ///
 /// \code
 /// dcp::group_cache groups(world, dcp::buddy_groups{world.size(), 8});
@@ -102,6 +104,8 @@ class group_cache {
 
   /// Whether the communicators of block size `sp` exist.
   bool prepared(int sp) const noexcept { return comms_.contains(sp) || (sp == groups_.gpus() && reused_); }
+  /// This rank's pipeline stage (0 without stages).
+  int stage() const noexcept { return layout_.stage_of(world_->rank()); }
 
   /// Collective over the world: creates the communicators of every size in `sizes` not yet cached,
   /// smallest first. Every rank must pass the same sizes (in any order, repeats allowed).
@@ -184,8 +188,11 @@ class group_cache {
   parallel_comms<Comm>& parallel_groups() {
     if (parallel_) return *parallel_;
     const int rank = world_->rank(), u = unit(), t = layout_.tp_rank_of(rank), ep = layout_.ep, tp = layout_.tp;
-    parallel_comms<Comm> c{ep, world_->split(u, rank), world_->split(u / ep * tp + t, u % ep), world_->split(t, u),
-                           world_->split(u % ep * tp + t, u / ep)};
+    // Colors are offset per stage, so every group stays inside its stage.
+    const int s = stage(), units = layout_.units();
+    parallel_comms<Comm> c{ep, world_->split(s * units + u, rank),
+                           world_->split(s * layout_.stage_gpus() + u / ep * tp + t, u % ep),
+                           world_->split(s * tp + t, u), world_->split(s * ep * tp + u % ep * tp + t, u / ep)};
     parallel_.emplace(std::move(c));
     return *parallel_;
   }
@@ -234,16 +241,17 @@ class group_cache {
     const int rank = world_->rank();
     const rank_block b = groups_.block_of(unit(), sp);
     const bool member = offered(b);  // a rank in no offered block of sp (a trailing partial block) gets none
-    if (sp == groups_.gpus()) {
+    if (sp == groups_.gpus() && layout_.pp == 1) {
       reused_ = true;
       entries_.push_back({b, sp <= groups_.gpus_per_node(), true, std::chrono::duration<double>{0}});
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    Comm c = world_->split(member ? b.first / sp : no_color, rank);
+    // One color per block and stage: below stage * units + units <= N.
+    Comm c = world_->split(member ? stage() * layout_.units() + b.first / sp : no_color, rank);
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (member) {
-      const rank_block gpus = layout_.gpus_of(b);
+      const rank_block gpus = layout_.gpus_of(b, stage());
       check(c.valid() && c.size() == gpus.size && c.rank() == rank - gpus.first, errc::mismatch, [&] {
         return "group_cache: split for size " + std::to_string(sp) + " gave rank " + std::to_string(c.rank()) +
                " of " + std::to_string(c.size()) + " on world rank " + std::to_string(rank);

@@ -78,6 +78,41 @@ inline std::map<int, std::vector<std::vector<std::size_t>>> unit_lists(const pla
 }
 }  // namespace detail
 
+/// One operation of a pipeline stage: the forward or the backward of plan step `step`.
+struct pipeline_op {
+  std::size_t step = 0;
+  bool backward = false;
+  friend bool operator==(const pipeline_op&, const pipeline_op&) = default;
+};
+
+/// The 1F1B order of one unit's steps `list` (one round, plan order) on stage `stage` of
+/// `stages`: w = min(P - 1 - s, m) forwards, then the next forward and the oldest backward in
+/// turn, then the backwards left.
+inline std::vector<pipeline_op> one_f_one_b(std::span<const std::size_t> list, int stage, int stages) {
+  const std::size_t m = list.size(), w = std::min(static_cast<std::size_t>(stages - 1 - stage), m);
+  std::vector<pipeline_op> seq;
+  seq.reserve(2 * m);
+  for (std::size_t i = 0; i < w; ++i) seq.push_back({list[i], false});
+  for (std::size_t i = 0; i + w < m; ++i) seq.push_back({list[w + i], false}), seq.push_back({list[i], true});
+  for (std::size_t i = m - w; i < m; ++i) seq.push_back({list[i], true});
+  return seq;
+}
+
+/// Every operation unit `unit` runs on stage `stage` of `stages` for plan `p`: round by round,
+/// its steps' 1F1B order (the order `schedule_pipeline` times and a trainer runs).
+inline std::vector<pipeline_op> pipeline_ops(const plan& p, int stages, int unit, int stage) {
+  check(stages >= 1 && stage >= 0 && stage < stages && unit >= 0 && unit < p.gpus, errc::invalid_argument, [&] {
+    return "pipeline_ops: unit " + std::to_string(unit) + " on stage " + std::to_string(stage) + " of " +
+           std::to_string(stages) + " for a plan of " + std::to_string(p.gpus) + " units";
+  });
+  std::vector<pipeline_op> out;
+  for (const auto& [round, lists] : detail::unit_lists(p)) {
+    const auto seq = one_f_one_b(lists[static_cast<std::size_t>(unit)], stage, stages);
+    out.insert(out.end(), seq.begin(), seq.end());
+  }
+  return out;
+}
+
 /// Where `schedule_pipeline` found the plan's orders deadlocked, when asked to report it instead
 /// of throwing: `first_stuck` is the first step (in plan order) with an operation that never runs.
 struct pipeline_deadlock {
@@ -114,15 +149,9 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
     std::vector<std::size_t> at(P * units, 0);
     std::vector<double> free(P * units, barrier);
     for (std::size_t s = 0; s < P; ++s)
-      for (std::size_t u = 0; u < units; ++u) {
-        const auto& list = lists[u];
-        const std::size_t m = list.size(), w = std::min(P - 1 - s, m);
-        auto& seq = order[s * units + u];
-        seq.reserve(2 * m);
-        for (std::size_t i = 0; i < w; ++i) seq.push_back(op(list[i], s, 0));
-        for (std::size_t i = 0; i + w < m; ++i) seq.push_back(op(list[w + i], s, 0)), seq.push_back(op(list[i], s, 1));
-        for (std::size_t i = m - w; i < m; ++i) seq.push_back(op(list[i], s, 1));
-      }
+      for (std::size_t u = 0; u < units; ++u)
+        for (const pipeline_op& o : one_f_one_b(lists[u], static_cast<int>(s), stages))
+          order[s * units + u].push_back(op(o.step, s, o.backward ? 1 : 0));
     std::vector<std::size_t> ready;
     auto members = [&](std::size_t o) { return p.steps[o / 2 / P].ranks.size; };
     auto arrive = [&](std::size_t o) {
