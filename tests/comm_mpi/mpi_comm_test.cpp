@@ -11,7 +11,9 @@
 #include <dcp/comm/dsp.hpp>
 #include <dcp/comm/mpi.hpp>
 #include <dcp/comm/ulysses.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_cache.hpp>
+#include <dcp/layout.hpp>
 
 #include "../comm/communicator_conformance.hpp"
 
@@ -99,6 +101,43 @@ TEST(MpiComm, GroupCacheMembership) {
     for (int i = 0; i < sp; ++i) EXPECT_EQ(members[std::size_t(i)], first + i);
   }
   EXPECT_LE(cache.entries().size(), std::size_t(std::bit_width(unsigned(w.size()))));
+}
+
+// Neighbours sending to each other at once (a pipeline's 1F1B: stage s sends a forward while
+// stage s + 1 sends a backward), with messages past the eager limit: blocking sends would wait on
+// each other's receive; isend returns, the receives match, and the waits end.
+TEST(MpiComm, IsendCrossingNeighboursDoNotWaitOnEachOther) {
+  auto w = world();
+  const int peer = w.rank() ^ 1;  // pairs (0, 1), (2, 3)
+  std::vector<double> out(1 << 18, double(w.rank())), in(out.size(), -1);
+  auto pending = w.isend(std::span<const double>(out), peer, 7);
+  w.recv(std::span<double>(in), peer, 7);
+  w.wait(pending);
+  EXPECT_EQ(in.front(), double(peer));
+  EXPECT_EQ(in.back(), double(peer));
+  EXPECT_DCP_ERROR((void)w.isend(std::span<const double>(out), w.size(), 7), dcp::errc::invalid_argument, "isend");
+}
+
+// With pipeline stages every block exists once per stage: 4 ranks as 2 stages of 2 units, each
+// rank's group of 2 holds its stage's GPUs, and the fixed data-parallel group stays in the stage.
+TEST(MpiComm, GroupCacheOnPipelineStages) {
+  auto w = world();
+  const dcp::parallel_layout layout{.gpus = w.size(), .gpus_per_node = 8, .pp = 2};
+  dcp::group_cache cache(w, dcp::contiguous_groups{layout.units(), 8}, layout);
+  cache.prepare({1, 2});
+  auto& c = cache.comm_for_size(2);
+  const int stage = w.rank() / 2;
+  EXPECT_EQ(cache.stage(), stage);
+  ASSERT_EQ(c.size(), 2);
+  EXPECT_EQ(c.rank(), w.rank() % 2);
+  std::vector<int> members(2);
+  const int me = w.rank();
+  c.all_gather(std::span<const int>(&me, 1), std::span<int>(members));
+  EXPECT_EQ(members, (std::vector<int>{2 * stage, 2 * stage + 1}));
+  auto& dp = cache.parallel_groups().data_parallel;
+  ASSERT_EQ(dp.size(), 2);
+  dp.all_gather(std::span<const int>(&me, 1), std::span<int>(members));
+  EXPECT_EQ(members, (std::vector<int>{2 * stage, 2 * stage + 1}));
 }
 
 // Every rank throws dcp::error with `code` and `part` in its message.
