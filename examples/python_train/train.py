@@ -75,7 +75,11 @@ def train(args, method, dtype, docs, lengths, cost, sched, groups):
 
 
 def plot(found, path):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no {path}: matplotlib is missing (Debian: apt-get install python3-matplotlib)")
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -96,6 +100,7 @@ def plot(found, path):
     fig.suptitle(f"GPT on Python's standard-library documentation, byte-level, {found['documents']} documents")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return True
 
 
 def main():
@@ -141,8 +146,8 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "curves.json"), "w") as f:
             json.dump(found, f, indent=1)
-        plot(found, os.path.join(args.out, "curves.png"))
-        print(f"wrote {args.out}/curves.json and curves.png")
+        drawn = plot(found, os.path.join(args.out, "curves.png"))
+        print(f"wrote {args.out}/curves.json" + (" and curves.png" if drawn else ""))
     dist.barrier()
     dist.destroy_process_group()
 
