@@ -102,22 +102,28 @@ struct run_result {
   coverage cov;
 };
 
-template <class Policies>
-run_result run_planned(dcp::mpi_comm& world, const setup& s, Policies policies) {
-  dcp::scheduler<dcp::transformer_spec, dcp::mpi_comm, Policies> sched(spec_of(s.model), world,
-                                                                        s.options(world.size()), policies);
+// `s.steps` optimizer steps of `step` (train_step or pipeline_train_step) under `sched`'s plans.
+template <class Scheduler, class Step>
+run_result train_with(Scheduler& sched, const setup& s, Step step) {
   sched.set_dataset(s.data.dataset());
   auto model = make_gpt(s.model, torch::kFloat64);
   torch::optim::AdamW opt(model->parameters(), s.adamw());
   run_result r;
   for (int i = 0; i < s.steps; ++i) {
     const auto batch = sched.sampler().next();
-    const auto rep = train_step(sched, *model, opt, s.data, batch.sequences);
+    const auto rep = step(sched, *model, opt, s.data, batch.sequences);
     r.losses.push_back(rep.loss);
-    r.cov.add(rep.plan, world.size());
+    r.cov.add(rep.plan, rep.plan.gpus);  // micro-steps per unit (with stages, every stage runs the same)
   }
   r.params = flat_parameters(*model);
   return r;
+}
+
+template <class Policies>
+run_result run_planned(dcp::mpi_comm& world, const setup& s, Policies policies) {
+  dcp::scheduler<dcp::transformer_spec, dcp::mpi_comm, Policies> sched(spec_of(s.model), world,
+                                                                        s.options(world.size()), policies);
+  return train_with(sched, s, [](auto&... a) { return train_step(a...); });
 }
 
 // ---- the reference: one process, full batches, every sequence on its own ----------------------
@@ -270,18 +276,7 @@ TEST(libtorch_pipeline, stages_match_full_batch) {
   const auto dataset = s.data.dataset();
   auto run = [&]<class Policies>(Policies policies) {
     dcp::scheduler<dcp::transformer_spec, dcp::mpi_comm, Policies> sched(spec, world, cost, options, policies);
-    sched.set_dataset(s.data.dataset());
-    auto model = make_gpt(s.model, torch::kFloat64);
-    torch::optim::AdamW opt(model->parameters(), s.adamw());
-    run_result r;
-    for (int i = 0; i < s.steps; ++i) {
-      const auto batch = sched.sampler().next();
-      const auto rep = pipeline_train_step(sched, *model, opt, s.data, batch.sequences);
-      r.losses.push_back(rep.loss);
-      r.cov.add(rep.plan, rep.plan.gpus);  // micro-batches per unit (every stage runs the same)
-    }
-    r.params = flat_parameters(*model);
-    return r;
+    return train_with(sched, s, [](auto&... a) { return pipeline_train_step(a...); });
   };
   dcp::policies<dcp::bucket_planner> bucket;
   bucket.planner =
