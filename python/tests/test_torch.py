@@ -50,3 +50,24 @@ def test_training_under_plans_equals_full_batch(nproc, tmp_path):
     if nproc == 4:
         assert runs["ring/dcp"]["ulysses_and_ring"]
         assert found["process_groups"] > 0
+
+
+def test_batch_sampler_yields_each_epoch_once_and_resumes():
+    import numpy as np
+
+    import dcp
+    from dcp.torch import BatchSampler
+
+    lengths = np.random.default_rng(1).integers(10, 500, 200)
+    sampler = BatchSampler(dcp.Sampler(lengths, 2000, 3))
+    first = list(sampler)
+    assert len(first) == sampler.sampler.batches_in_epoch(0)
+    assert sorted(i for batch in first for i in batch) == list(range(200))  # every sequence once
+    again = BatchSampler(dcp.Sampler(lengths, 2000, 3))
+    it = iter(again)
+    head = [next(it) for _ in range(5)]
+    state = again.state_dict()
+    resumed = BatchSampler(dcp.Sampler(lengths, 2000, 3))
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == first  # the rest of the epoch, from where it stopped
+    assert len(list(sampler)) == sampler.sampler.batches_in_epoch(1)  # the next epoch
