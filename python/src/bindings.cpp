@@ -378,7 +378,7 @@ struct python_scheduler {
   python_scheduler_type sched;
 
   python_scheduler(python_world w, dcp::analytic_cost cost, dcp::scheduler_options options)
-      : world(std::move(w)), sched(cost.model, world, std::move(cost), std::move(options)) {}
+      : world(std::move(w)), sched(cost.model, world, cost, std::move(options)) {}  // cost copied: the model is read from it
 };
 
 // One micro-step of one rank, with its groups as lists of GPU (process) ranks: what a Python
