@@ -47,6 +47,8 @@
 #include <dcp/group/contiguous_groups.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/sim/calibrated.hpp>
@@ -427,8 +429,15 @@ int run(const cli_options& o) {
     else dcp::sim::write_plan_json(o.plan_out, dcp::make_cost_sum(cost, frozen), first);
   }
   if (views) {
+    // Under pipeline stages, each executed plan's schedule on the cost model's stage split and
+    // transfers (DESIGN 4.5): the stage lanes of the trace and the SVG.
+    std::vector<std::vector<dcp::pipeline_timeline>> schedules(rows.size());
+    if (cost.layout().pp > 1)
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        for (const auto& p : runs.executed[i])
+          schedules[i].push_back(dcp::schedule_pipeline(p, dcp::pipeline_times(p, cost), cost.layout().pp));
     std::vector<dcp::sim::timeline> runs_view;
-    for (std::size_t i = 0; i < rows.size(); ++i) runs_view.push_back({rows[i].method, runs.executed[i]});
+    for (std::size_t i = 0; i < rows.size(); ++i) runs_view.push_back({rows[i].method, runs.executed[i], schedules[i]});
     if (!o.trace_out.empty()) dcp::sim::write_trace(o.trace_out, runs_view);
     if (!o.svg_out.empty()) dcp::sim::write_svg(o.svg_out, runs_view);
   }

@@ -19,6 +19,8 @@
 #include <dcp/error.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/sim/methods.hpp>
 #include <dcp/sim/metrics.hpp>
 #include <dcp/sim/plan_json.hpp>
@@ -403,6 +405,70 @@ TEST(Svg, HasOneLanePerGpuAndOneBoxPerStep) {
     }
   EXPECT_EQ(count(svg, "class=\"barrier\""), barriers);
   EXPECT_GT(barriers, 0u) << "bucket's lockstep iterations are barriers";
+}
+
+// Under pipeline stages the trace and the SVG draw every stage: one track (lane) per stage and
+// unit, and every step's forward and backward on every stage, when its schedule runs them; no
+// track holds two operations at once, and a step's forward on stage s + 1 starts after it ended
+// on stage s.
+TEST(StageLanes, EveryStagesForwardsAndBackwardsOnTheirOwnTracks) {
+  const int stages = 2, gpus = 16;
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(),
+                                            dcp::parallel_layout{.gpus = gpus, .gpus_per_node = 8, .pp = stages});
+  auto data = dcp::workloads::make("cogvideox-zipf50", 3);
+  data.resize(400);
+  const auto batches = dcp::epoch_batches(cost, data, std::int64_t{1} << 17, 3);  // four batches
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto a = dcp::sim::run_method("dcp", cost, data, batches, {}, opt);
+  std::vector<dcp::pipeline_timeline> schedules;
+  for (const auto& p : a.plans) schedules.push_back(dcp::schedule_pipeline(p, dcp::pipeline_times(p, cost), stages));
+  const std::vector<dcp::sim::timeline> runs{{"dcp", a.plans, schedules}};
+  const int units = cost.layout().units();
+  std::int64_t unit_steps = 0;
+  for (const auto& p : a.plans)
+    for (const auto& st : p.steps) unit_steps += st.sp();
+
+  std::ostringstream trace;
+  dcp::sim::write_trace(trace, runs);
+  const json doc = json::parse(trace.str());
+  std::map<int, std::vector<std::pair<double, double>>> busy;  // track -> operations
+  std::set<std::string> names;
+  std::int64_t events = 0;
+  for (const json& e : doc["traceEvents"]) {
+    if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] != "X") continue;
+    ++events;
+    const double t0 = e["ts"].get<double>(), t1 = t0 + e["dur"].get<double>();
+    busy[e["tid"].get<int>()].push_back({t0, t1});
+    EXPECT_EQ(e["tid"].get<int>() / units, e["args"]["stage"].get<int>());
+  }
+  EXPECT_EQ(names.size(), std::size_t(stages * units));
+  EXPECT_TRUE(names.contains("stage 1, GPU " + std::to_string(units))) << "a stage-1 track names its GPU";
+  EXPECT_EQ(events, 2 * stages * unit_steps) << "a forward and a backward per stage and unit of every step";
+  for (auto& [track, spans] : busy) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i)
+      EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-3) << "track " << track << " runs two operations at once";
+  }
+  for (std::size_t b = 0; b < a.plans.size(); ++b)
+    for (std::size_t i = 0; i < a.plans[b].steps.size(); ++i)
+      EXPECT_LE(schedules[b].forward_of(i, 0).end_s, schedules[b].forward_of(i, 1).start_s);
+
+  std::ostringstream svg_out;
+  dcp::sim::write_svg(svg_out, runs);
+  const std::string svg = svg_out.str();
+  std::size_t steps = 0;
+  for (const auto& p : a.plans) steps += p.steps.size();
+  EXPECT_EQ(count(svg, "class=\"lane\""), std::size_t(stages * units));
+  EXPECT_EQ(count(svg, "class=\"step\""), 2 * stages * steps);
+  EXPECT_EQ(count(svg, "backward, ranks"), stages * steps);
+  EXPECT_NE(svg.find(">S1 GPU " + std::to_string(units) + "<"), std::string::npos);
+  ASSERT_GT(a.plans.size(), 1u);
+  const std::vector<dcp::sim::timeline> short_one{{"dcp", a.plans, std::span(schedules).first(1)}};
+  std::ostringstream sink;
+  EXPECT_DCP_ERROR(dcp::sim::write_svg(sink, short_one), dcp::errc::invalid_argument, "one per plan");
+  EXPECT_DCP_ERROR(dcp::sim::write_trace(sink, short_one), dcp::errc::invalid_argument, "one per plan");
 }
 
 TEST(Report, TableAndJsonHaveEveryMethod) {

@@ -4,8 +4,11 @@
 /// axis so that methods compare at a glance; in each panel one lane per GPU (grey = idle) and
 /// one box per micro-step spanning the lanes of its rank block, coloured by sp, with a tooltip
 /// (sp, u x r, tp, sequences, tokens, checkpointed blocks, memory, start, time, round); with tp > 1
-/// a lane is a unit (TP group, labelled "TP u") and the tooltip names its GPUs. Batches run end to
-/// end, separated by a dashed line; a dotted red line marks where a barrier round starts.
+/// a lane is a unit (TP group, labelled "TP u") and the tooltip names its GPUs. Under pipeline
+/// stages (a timeline with the plans' schedules) every stage has its block of lanes, labelled
+/// "S s GPU g", and each step is drawn on every stage twice: its forward, and its backward in a
+/// lighter shade, when the schedule runs them. Batches run end to end, separated by a dashed line;
+/// a dotted red line marks where a barrier round starts.
 
 #include <algorithm>
 #include <array>
@@ -73,23 +76,29 @@ inline const char* sp_colour(int sp) noexcept {
 /// Writes the SVG timeline of `runs` to `os`.
 inline void write_svg(std::ostream& os, std::span<const timeline> runs, const svg_options& opt = {}) {
   using detail::num;
-  int gpus = 1, widest = 1, tp = 1;
+  int gpus = 1, widest = 1, tp = 1, stages = 1;
   double longest = 0;
   std::set<int> sizes;  // the legend: every power of two up to the widest step, and every size used
   for (const auto& run : runs) {
+    check(run.stages.empty() || run.stages.size() == run.plans.size(), errc::invalid_argument, [&] {
+      return "write_svg: " + std::to_string(run.stages.size()) + " pipeline schedules for " +
+             std::to_string(run.plans.size()) + " plans of " + std::string(run.method) + "; give one per plan";
+    });
     double total = 0;
+    stages = std::max(stages, run.stage_count());
     for (const auto& p : run.plans) {
       gpus = std::max(gpus, p.gpus), tp = std::max(tp, p.layout.tp), total += p.makespan_s;
       for (const auto& s : p.steps) widest = std::max(widest, s.sp()), sizes.insert(s.sp());
     }
     longest = std::max(longest, total);
   }
+  const int rows = gpus * stages;  // lanes per panel
   for (int sp = 1; sp <= widest; sp *= 2) sizes.insert(sp);
-  const double lane = opt.lane_height > 0 ? opt.lane_height : std::clamp(360.0 / gpus, 1.5, 14.0);
+  const double lane = opt.lane_height > 0 ? opt.lane_height : std::clamp(360.0 / rows, 1.5, 14.0);
   const double left = 78, right = 24, title = 26, axis = 22, gap = 16, legend = 30;
   const double plot = std::max(100.0, opt.width - left - right);
   const double scale = longest > 0 ? plot / longest : 0;
-  const double panel = title + gpus * lane + axis + gap;
+  const double panel = title + rows * lane + axis + gap;
   const double height = legend + panel * static_cast<double>(runs.size()) + 4;
   const int label_every = lane >= 9 ? 1 : std::max(1, static_cast<int>(9.0 / lane + 0.999));
 
@@ -118,33 +127,59 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
        << "</text><text x=\"" << num(left) << "\" y=\"" << num(top + 17) << "\">" << num(total) << " s, "
        << runs[m].plans.size() << " batch" << (runs[m].plans.size() == 1 ? "" : "es") << ", efficiency "
        << num(total > 0 ? bound / total : 1) << "</text>\n";
-    for (int r = 0; r < gpus; ++r) {
+    const bool piped = !runs[m].stages.empty();
+    const int lanes = piped ? rows : gpus;
+    parallel_layout layout;  // a method's plans share one layout
+    for (const auto& p : runs[m].plans) layout = p.layout;
+    for (int r = 0; r < lanes; ++r) {
       const double y = lanes_top + r * lane;
       os << "<rect class=\"lane\" data-gpu=\"" << r << "\" x=\"" << num(left) << "\" y=\"" << num(y) << "\" width=\""
          << num(plot) << "\" height=\"" << num(lane) << "\" fill=\"" << (r % 2 ? "#e4e4e4" : "#ececec") << "\"/>\n";
-      if (r % label_every == 0)
+      if (r % label_every == 0) {
         os << "<text x=\"" << num(left - 4) << "\" y=\"" << num(y + std::min(lane, 11.0) - 1)
-           << "\" text-anchor=\"end\" font-size=\"" << num(std::min(10.0, std::max(lane, 8.0))) << "\">"
-           << (tp == 1 ? "GPU " : "TP ") << r << "</text>\n";
+           << "\" text-anchor=\"end\" font-size=\"" << num(std::min(10.0, std::max(lane, 8.0))) << "\">";
+        if (piped) os << "S" << r / gpus << " ";
+        os << (tp == 1 ? "GPU " : "TP ")
+           << (piped && tp == 1 ? layout.gpus_of({r % gpus, 1}, r / gpus).first : r % gpus) << "</text>\n";
+      }
     }
     double offset = 0;
     for (std::size_t b = 0; b < runs[m].plans.size(); ++b) {
       const plan& p = runs[m].plans[b];
-      for (const auto& s : p.steps) {
+      for (std::size_t i = 0; i < p.steps.size(); ++i) {
+        const plan_step& s = p.steps[i];
         std::int64_t tokens = 0;
         for (const auto& q : s.sequences) tokens += q.tokens;
-        const double x = left + (offset + s.start_s) * scale;
-        const double w = std::max(0.5, s.time_s * scale);
-        const double inset = lane >= 4 ? 0.5 : 0;
-        os << "<rect class=\"step\" x=\"" << num(x) << "\" y=\"" << num(lanes_top + s.ranks.first * lane + inset)
-           << "\" width=\"" << num(w) << "\" height=\"" << num(s.sp() * lane - 2 * inset) << "\" fill=\""
-           << detail::sp_colour(s.sp()) << "\" stroke=\"#333\" stroke-width=\"" << (lane >= 4 ? "0.4" : "0")
-           << "\"><title>batch " << b << ", ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp();
-        if (s.ring != 1) os << " (ulysses " << s.ulysses() << " x ring " << s.ring << ")";
-        if (p.layout.tp != 1) os << " of tp " << p.layout.tp << " (GPUs " << p.layout.gpus_of(s.ranks) << ")";
-        os << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
-           << " checkpointed blocks, " << num(s.memory_bytes / 1e9) << " GB, start " << num(s.start_s) << " s, time "
-           << num(s.time_s) << " s, round " << s.round << "</title></rect>\n";
+        // One box, or under stages a forward and a backward box on every stage.
+        auto box = [&](double start, double time, int stage, const char* pass) {
+          const double x = left + (offset + start) * scale;
+          const double w = std::max(0.5, time * scale);
+          const double inset = lane >= 4 ? 0.5 : 0;
+          const double y = lanes_top + ((stage < 0 ? 0 : stage) * gpus + s.ranks.first) * lane + inset;
+          os << "<rect class=\"step\" x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
+             << "\" height=\"" << num(s.sp() * lane - 2 * inset) << "\" fill=\"" << detail::sp_colour(s.sp())
+             << (pass && pass[0] == 'b' ? "\" fill-opacity=\"0.55" : "") << "\" stroke=\"#333\" stroke-width=\""
+             << (lane >= 4 ? "0.4" : "0") << "\"><title>batch " << b << ", ";
+          if (pass) os << "stage " << stage << " " << pass << ", ";
+          os << "ranks [" << s.ranks.first << ", " << s.ranks.end() << "), sp " << s.sp();
+          if (s.ring != 1) os << " (ulysses " << s.ulysses() << " x ring " << s.ring << ")";
+          if (p.layout.tp != 1 || pass)
+            os << (p.layout.tp != 1 ? " of tp " + std::to_string(p.layout.tp) : std::string()) << " (GPUs "
+               << p.layout.gpus_of(s.ranks, stage < 0 ? 0 : stage) << ")";
+          os << ", " << s.sequences.size() << " sequences, " << tokens << " tokens, " << s.checkpointed_blocks
+             << " checkpointed blocks, " << num(s.memory_bytes / 1e9) << " GB, start " << num(start) << " s, time "
+             << num(time) << " s, round " << s.round << "</title></rect>\n";
+        };
+        if (!piped) {
+          box(s.start_s, s.time_s, -1, nullptr);
+          continue;
+        }
+        const pipeline_timeline& sched = runs[m].stages[b];
+        for (int st = 0; st < sched.stages; ++st) {
+          const stage_span f = sched.forward_of(i, st), bw = sched.backward_of(i, st);
+          box(f.start_s, f.end_s - f.start_s, st, "forward");
+          box(bw.start_s, bw.end_s - bw.start_s, st, "backward");
+        }
       }
       // Barriers: where a round starts, every GPU has waited for all earlier rounds to end.
       std::map<int, double> round_start;
@@ -154,17 +189,17 @@ inline void write_svg(std::ostream& os, std::span<const timeline> runs, const sv
           if (!fresh) it->second = std::min(it->second, s.start_s);
         }
       for (const auto& [r, t] : round_start)
-        os << "<line class=\"barrier\" data-round=\"" << r << "\" x1=\"" << num(left + (offset + t) * scale) << "\" y1=\""
-           << num(lanes_top) << "\" x2=\"" << num(left + (offset + t) * scale) << "\" y2=\"" << num(lanes_top + gpus * lane)
-           << "\" stroke=\"#c00\" stroke-width=\"0.5\" stroke-dasharray=\"1,2\"/>\n";
+        os << "<line class=\"barrier\" data-round=\"" << r << "\" x1=\"" << num(left + (offset + t) * scale)
+           << "\" y1=\"" << num(lanes_top) << "\" x2=\"" << num(left + (offset + t) * scale) << "\" y2=\""
+           << num(lanes_top + lanes * lane) << "\" stroke=\"#c00\" stroke-width=\"0.5\" stroke-dasharray=\"1,2\"/>\n";
       offset += p.makespan_s;
       if (b + 1 < runs[m].plans.size())
         os << "<line class=\"batch\" x1=\"" << num(left + offset * scale) << "\" y1=\"" << num(lanes_top) << "\" x2=\""
-           << num(left + offset * scale) << "\" y2=\"" << num(lanes_top + gpus * lane)
+           << num(left + offset * scale) << "\" y2=\"" << num(lanes_top + lanes * lane)
            << "\" stroke=\"black\" stroke-dasharray=\"3,2\"/>\n";
     }
     // Time axis: about 8 ticks at round seconds.
-    const double axis_y = lanes_top + gpus * lane;
+    const double axis_y = lanes_top + rows * lane;
     os << "<line x1=\"" << num(left) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(left + plot) << "\" y2=\""
        << num(axis_y) << "\" stroke=\"black\"/>\n";
     if (longest > 0) {
