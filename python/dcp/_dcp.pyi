@@ -302,14 +302,16 @@ class RankStep:
 class Scheduler:
     """The dcp planner for a training loop: plans, this rank's steps and their process groups,
     verification and online calibration. ``world``: an object with ``rank()``, ``size()`` and
-    ``all_reduce(array, op)`` (``dcp.torch.World``); without one the scheduler plans for ``rank``."""
+    ``all_reduce(array, op)`` (``dcp.torch.World``); without one the scheduler plans for ``rank``.
+    ``calibration``: True, or a dict of options (memory_margin, min_memory_margin, prior_weight,
+    window, learn_speed, speed_tolerance, speed_confidence, half_life, full_fit_steps)."""
 
     def __init__(
         self,
         cost: Cost,
         world: Optional[Any] = None,
         rank: int = 0,
-        calibration: bool = False,
+        calibration: Union[bool, Dict[str, Any]] = False,
         probe: bool = True,
         global_batch_tokens: int = 0,
         seed: int = 0,

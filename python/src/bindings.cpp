@@ -478,6 +478,38 @@ std::vector<std::vector<int>> process_groups_of(const python_scheduler_type& s, 
   return out;
 }
 
+// Calibration from Python: False / True, or a dict of calibration_options fields (on).
+dcp::calibration_options calibration_of(nb::handle given, bool probe) {
+  dcp::calibration_options o;
+  o.probe.enabled = probe;
+  if (nb::isinstance<nb::bool_>(given)) {
+    o.enabled = nb::cast<bool>(given);
+    return o;
+  }
+  dcp::check(nb::isinstance<nb::dict>(given), dcp::errc::invalid_argument, [&] {
+    return "calibration = " + nb::cast<std::string>(nb::repr(given)) + " must be True, False or a dict of options";
+  });
+  o.enabled = true;
+  for (auto [key, value] : nb::cast<nb::dict>(given)) {
+    const std::string k = nb::cast<std::string>(key);
+    if (k == "memory_margin") o.memory_margin = nb::cast<double>(value);
+    else if (k == "min_memory_margin") o.min_memory_margin = nb::cast<double>(value);
+    else if (k == "prior_weight") o.prior_weight = nb::cast<double>(value);
+    else if (k == "window") o.window = nb::cast<std::size_t>(value);
+    else if (k == "learn_speed") o.learn_speed = nb::cast<bool>(value);
+    else if (k == "speed_tolerance") o.speed_tolerance = nb::cast<double>(value);
+    else if (k == "speed_confidence") o.speed_confidence = nb::cast<double>(value);
+    else if (k == "half_life") o.half_life = nb::cast<double>(value);
+    else if (k == "full_fit_steps") o.full_fit_steps = nb::cast<std::size_t>(value);
+    else
+      throw dcp::error(dcp::errc::invalid_argument,
+                       "calibration has no option '" + k +
+                           "'; options are memory_margin, min_memory_margin, prior_weight, window, learn_speed, "
+                           "speed_tolerance, speed_confidence, half_life, full_fit_steps");
+  }
+  return o;
+}
+
 dcp::loss_normalization loss_of(const std::string& name) {
   dcp::check(name == "token_mean" || name == "sample_mean", dcp::errc::invalid_argument,
              [&] { return "loss = '" + name + "' must be token_mean or sample_mean"; });
@@ -895,7 +927,7 @@ NB_MODULE(_dcp, m) {
                                "rank's steps and their process groups, verification and online calibration.")
       .def(
           "__init__",
-          [](python_scheduler* self, const dcp::analytic_cost& cost, nb::object world, int rank, bool calibration,
+          [](python_scheduler* self, const dcp::analytic_cost& cost, nb::object world, int rank, nb::object calibration,
              bool probe, std::int64_t global_batch_tokens, std::uint64_t seed, nb::object loss,
              nb::object on_infeasible) {
             const int size = cost.layout().gpus;
@@ -914,8 +946,7 @@ NB_MODULE(_dcp, m) {
             o.device = cost.device;
             o.global_batch_tokens = global_batch_tokens;
             o.seed = seed;
-            o.calibration.enabled = calibration;
-            o.calibration.probe.enabled = probe;
+            o.calibration = calibration_of(calibration, probe);
             if (!loss.is_none()) o.loss = loss_of(nb::cast<std::string>(loss));
             if (!on_infeasible.is_none()) o.on_infeasible = infeasible_of(nb::cast<std::string>(on_infeasible));
             new (self) python_scheduler(python_world(std::move(world), rank, size), cost, std::move(o));

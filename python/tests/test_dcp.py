@@ -369,6 +369,12 @@ def test_scheduler_verify_and_calibration_exchange_through_the_world():
     with pytest.raises(dcp.Error, match="already observed"):
         cal.observe(cal.steps_for(first)[0], 1.0)
     assert cal.plan(lengths).makespan_s < first.makespan_s  # the clock was learned twice as fast
+    tuned = dcp.Scheduler(cost, world=FakeWorld(0, 2, []), calibration={"memory_margin": 0.2, "window": 64})
+    assert tuned.calibrating
+    with pytest.raises(dcp.Error, match="no option 'margin'"):
+        dcp.Scheduler(cost, world=FakeWorld(0, 2, []), calibration={"margin": 0.2})
+    with pytest.raises(dcp.Error, match="memory_margin"):  # validated by the C++ options
+        dcp.Scheduler(cost, world=FakeWorld(0, 2, []), calibration={"memory_margin": 2.0})
     with pytest.raises(dcp.Error, match="the world has 3 ranks"):
         dcp.Scheduler(cost, world=FakeWorld(0, 3, []))
 
