@@ -240,26 +240,19 @@ def _to_tokens(x: torch.Tensor, group: dist.ProcessGroup, sizes: List[int], me: 
     return recv.transpose(0, 1).reshape(t, u * hh, d)
 
 
-class _UlyssesToHeads(torch.autograd.Function):
+class _Ulysses(torch.autograd.Function):
+    """The Ulysses re-layout to head shards (``to_heads``) or back; backward runs the inverse
+    (a permutation's adjoint is its inverse)."""
+
     @staticmethod
-    def forward(ctx, x, group, sizes, me):  # type: ignore[override]
+    def forward(ctx, x, group, sizes, me, to_heads):  # type: ignore[override]
         ctx.args = (group, sizes, me)
-        return _to_heads(x, group, sizes, me)
+        ctx.to_heads = to_heads
+        return (_to_heads if to_heads else _to_tokens)(x, group, sizes, me)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return _to_tokens(grad, *ctx.args), None, None, None
-
-
-class _UlyssesToTokens(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group, sizes, me):  # type: ignore[override]
-        ctx.args = (group, sizes, me)
-        return _to_tokens(x, group, sizes, me)
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        return _to_heads(grad, *ctx.args), None, None, None
+        return (_to_tokens if ctx.to_heads else _to_heads)(grad, *ctx.args), None, None, None, None
 
 
 class _RingGather(torch.autograd.Function):
@@ -302,7 +295,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: StepContex
             raise _error("invalid_argument", f"attention: {heads} heads do not split over a Ulysses group of {u} "
                          "ranks; plan with the model's heads (dcp.Model(heads=...))")
         sizes, me = ctx.ulysses_sizes(), ctx.group_rank % u
-        qkv = _UlyssesToHeads.apply(torch.cat([q, k, v], -1), ctx.ulysses_group, sizes, me)
+        qkv = _Ulysses.apply(torch.cat([q, k, v], -1), ctx.ulysses_group, sizes, me, True)
         q, k, v = qkv.split(d, -1)
     lo, hi = ctx.chunk()  # the queries here: this Ulysses group's tokens
     if ctx.ring > 1:
@@ -330,7 +323,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: StepContex
         out.append(torch.matmul(scores.softmax(-1), vi).transpose(0, 1))
     o = torch.cat(out, 0) if out else q.new_zeros((0,) + tuple(q.shape[1:]))
     if u > 1:
-        o = _UlyssesToTokens.apply(o, ctx.ulysses_group, ctx.ulysses_sizes(), ctx.group_rank % u)
+        o = _Ulysses.apply(o, ctx.ulysses_group, ctx.ulysses_sizes(), ctx.group_rank % u, False)
     return o
 
 

@@ -183,6 +183,13 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
 }
 
+// The largest relative difference between two equally long loss curves.
+double relative_losses(const std::vector<double>& got, const std::vector<double>& ref) {
+  double d = 0;
+  for (std::size_t k = 0; k < ref.size(); ++k) d = std::max(d, std::abs(got[k] - ref[k]) / std::abs(ref[k]));
+  return d;
+}
+
 std::string describe(const coverage& c) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "max sp %d, uneven shards %d, unequal accumulation %d, accumulation %d, recompute %d",
@@ -208,10 +215,8 @@ TEST(libtorch_equivalence, adamw_after_three_steps_matches_full_batch) {
   for (int i = 0; i < 3; ++i) {
     const auto& got = runs[i];
     const double dp = relative(got.params, ref.params);
-    double dl = 0;
     ASSERT_EQ(got.losses.size(), ref.losses.size());
-    for (std::size_t k = 0; k < ref.losses.size(); ++k)
-      dl = std::max(dl, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
+    const double dl = relative_losses(got.losses, ref.losses);
     std::printf("%d ranks %-6s params %.2e  losses %.2e  | %s\n", R, names[i], dp, dl, describe(got.cov).c_str());
     EXPECT_LE(dp, 1e-10) << names[i];
     EXPECT_LE(dl, 1e-10) << names[i];
@@ -245,10 +250,8 @@ TEST(libtorch_any_size, groups_of_three_and_six_match_full_batch) {
   if (world.rank() != 0) return;
   const run_result ref = run_reference(s, world.size());
   const double dp = relative(got.params, ref.params);
-  double dl = 0;
   ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (std::size_t k = 0; k < ref.losses.size(); ++k)
-    dl = std::max(dl, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
+  const double dl = relative_losses(got.losses, ref.losses);
   std::printf("%d ranks dcp on contiguous groups: params %.2e  losses %.2e  | %s, other sizes %d\n", world.size(), dp,
               dl, describe(got.cov).c_str(), int(got.cov.other_size));
   EXPECT_LE(dp, 1e-10);
@@ -291,10 +294,8 @@ TEST(libtorch_pipeline, stages_match_full_batch) {
   for (int i = 0; i < 3; ++i) {
     const auto& got = runs[i];
     const double dp = relative(got.params, ref.params);
-    double dl = 0;
     ASSERT_EQ(got.losses.size(), ref.losses.size());
-    for (std::size_t k = 0; k < ref.losses.size(); ++k)
-      dl = std::max(dl, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
+    const double dl = relative_losses(got.losses, ref.losses);
     std::printf("%d ranks, pp %d, %-6s params %.2e  losses %.2e  | %s\n", R, P, names[i], dp, dl,
                 describe(got.cov).c_str());
     EXPECT_LE(dp, 1e-10) << names[i];
