@@ -52,7 +52,7 @@ int main(int argc, char** argv) try {
     const std::string w(workload);
     const auto data = dcp::workloads::make(w, 0);
     const auto cost = dcp::make_analytic_cost(dcp::models::preset(std::string(dcp::workloads::default_model(w))),
-                                              dcp::devices::h200(), gpus);
+                                              dcp::devices::h200_analytic(), gpus);
     const auto batches = dcp::epoch_batches(cost, data, 0, 0);
     const auto r = dcp::sim::run_method("dynamic_cp", cost, data, batches, {});
     const double efficiency = r.metrics.lower_bound_s / r.metrics.makespan_s;  // the simple bound

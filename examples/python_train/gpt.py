@@ -85,7 +85,7 @@ def scaled_device(spec: dcp.Model, world: int, fit_tokens: float) -> dcp.Device:
     """The LibTorch example's device for a small model on CPU ranks (every clock and memory field
     set here; the name and HBM size start from the h200 preset): a sequence of ``fit_tokens``
     tokens just fits one rank with nothing checkpointed, so longer ones need recompute or sp > 1."""
-    d = dcp.device_preset("h200").replace(name="cpu-scaled", peak=5e9, eff_max=0.5, x_half=128, alpha=5e-5,
+    d = dcp.device_preset("h200-analytic").replace(name="cpu-scaled", peak=5e9, eff_max=0.5, x_half=128, alpha=5e-5,
                                           tau=5e-5, bw_intra=2e9, bw_inter=1e9, gpus_per_node=8, usable=0.9,
                                           beta=34)
     p = spec.parameters()

@@ -4,7 +4,8 @@
 //
 //   dcp-sim [--workload NAME | --lengths FILE] [--model PRESET | --model-config FILE] [--gpus N] [--gpus-per-node G]
 //           [--tp T] [--ep E] [--sharding replicated|zero1|zero3] [--ring R] [--pp P]
-//           [--device h200|h100|a100] [--cluster h100x2,h200x2|FILE] [--groups any|buddy] [--comm-budget B]
+//           [--device h200|h100|a100|h200-analytic|h100-analytic] [--precision bf16|fp8] [--cluster h100x2,h200x2|FILE]
+//           [--groups any|buddy] [--comm-budget B]
 //           [--methods LIST] [--global-batch-tokens T] [--seed S]
 //           [--plan-out FILE] [--trace-out FILE] [--svg-out FILE] [--json]
 //           [--on-infeasible error|skip] [--truth SPEC] [--truth-profile FILE] [--truth-seed S]
@@ -73,6 +74,7 @@ struct cli_options {
   std::string model;
   std::string model_config;
   std::string loss;  // empty: the model's (full)
+  std::string precision = "bf16";
   int tp = 1;
   int ep = 1;
   int ring = 1;
@@ -263,6 +265,16 @@ int run(const cli_options& o) {
   if (o.pp > 1) model_name += " pp" + std::to_string(o.pp);
   auto device = dcp::devices::preset(o.device);
   device.gpus_per_node = o.gpus_per_node;
+  dcp::check(o.precision == "bf16" || o.precision == "fp8", dcp::errc::invalid_argument,
+             [&] { return "--precision '" + o.precision + "' must be bf16 or fp8"; });
+  if (o.precision == "fp8") {
+    device.precision = dcp::gemm_precision::fp8;
+    dcp::check(device.kernel.fp8_gemm > 0, dcp::errc::invalid_argument, [&] {
+      return "--precision fp8 needs a device with an FP8 GEMM rate, and '" + device.name +
+             "' prices section 4's clock; use --device h200 or h100";
+    });
+  }
+  if (o.precision == "fp8") model_name += " fp8";
   // --cluster: the nodes in rank order, each at its speed on --device's clock.
   std::vector<dcp::unit_device> nodes;
   int gpus = o.gpus;
@@ -305,8 +317,9 @@ int run(const cli_options& o) {
   dcp::contiguous_groups{cost.gpus(), cost.gpus_per_node(), sizes}.validate();
   // A profile is a table of one GPU per rank of the dense zero1 model; --truth scales any layout.
   dcp::check((cost.is_classic() && nodes.empty()) || o.truth_profile.empty(), dcp::errc::invalid_argument, [&] {
-    return "--truth-profile prices the dense zero1 model of DESIGN section 4 only; drop --tp, --ep, --sharding, --ring "
-           "and the GQA/MoE/cross-attention/vocabulary model, or use --truth SPEC";
+    return "--truth-profile prices the dense zero1 model of DESIGN section 4 only, on its clock (--device "
+           "h200-analytic or h100-analytic); drop --tp, --ep, --sharding, --ring and the "
+           "GQA/MoE/cross-attention/vocabulary model, or use --truth SPEC";
   });
   const dcp::dataset data = o.lengths.empty() ? dcp::workloads::make(o.workload, o.seed) : dcp::read_lengths_file(o.lengths);
   if (read.max_positions > 0) {
@@ -507,8 +520,12 @@ int main(int argc, char** argv) {
                    ->capture_default_str();
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node G")->capture_default_str();
   app.add_option("--device", o.device,
-                 "device preset: h200, h100 or a100 (with --cluster: the clock node speeds are "
-                 "relative to)")
+                 "device preset: h200 or h100 (the kernel clock, DESIGN 4.6), a100, h200-analytic or "
+                 "h100-analytic (section 4's clock) (with --cluster: the clock node speeds are relative to)")
+      ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "GEMM number format: bf16, or fp8 (Transformer Engine's FP8 GEMMs on a kernel-clock device; "
+                 "attention stays bf16)")
       ->capture_default_str();
   app.add_option("--cluster", o.cluster,
                  "nodes of different devices in rank order: presets x node counts "

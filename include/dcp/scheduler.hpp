@@ -66,7 +66,7 @@ namespace dcp {
 struct scheduler_options {
   device_spec device = devices::h200();  ///< device preset (or a measured one)
   int gpus_per_node = 0;                 ///< G; 0: device.gpus_per_node
-  double memory_capacity_bytes = 0;      ///< C per GPU; 0: device.mem_bytes * device.usable
+  double memory_capacity_bytes = 0;      ///< C per GPU; 0: the device's `capacity()`
   /// A mixed cluster: one device per node in rank order, each priced on `device`'s clock at its
   /// speed and within its own memory (`node_devices`, DESIGN 2.1); empty: every node is `device`.
   std::vector<device_spec> cluster{};
@@ -431,7 +431,11 @@ class scheduler {
   device_spec job_device() const {
     device_spec d = options_.device;
     if (options_.gpus_per_node > 0) d.gpus_per_node = options_.gpus_per_node;
-    if (options_.memory_capacity_bytes > 0) d.usable = options_.memory_capacity_bytes / d.mem_bytes;
+    if (options_.memory_capacity_bytes > 0) {
+      // A measured C already leaves out what the framework holds.
+      d.usable = options_.memory_capacity_bytes / d.mem_bytes;
+      d.kernel.reserved_bytes = 0;
+    }
     return d;
   }
   cost_type make_cost(std::optional<cost_type> given) const {

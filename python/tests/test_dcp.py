@@ -166,7 +166,7 @@ def test_errors_name_the_value():
         dcp.plan(dcp.Cost("llama3-8b"), [1024, 0])
     assert e.value.code == "invalid_argument"
     with pytest.raises(dcp.Error) as e:
-        dcp.plan(dcp.Cost("llama3-8b", gpus=1), [10_000_000])
+        dcp.plan(dcp.Cost("llama3-8b", gpus=2), [10_000_000])
     assert e.value.code == "infeasible", str(e.value)
     with pytest.raises(dcp.Error) as e:
         dcp.plans_from_json("{}")
@@ -392,7 +392,7 @@ def test_scheduler_and_device_errors_name_the_value():
         sched.steps_for(dcp.plan(dcp.Cost("llama3-8b", "h200", gpus=8), [100]))
     with pytest.raises(dcp.Error, match="calibration is off"):
         sched.observe(0, 1.0)
-    d = dcp.device_preset("h100")
+    d = dcp.device_preset("h100-analytic")
     assert d.replace(mem_bytes=40e9).capacity() == pytest.approx(40e9 * d.usable)
     with pytest.raises(dcp.Error, match="no field 'memory'"):
         d.replace(memory=1)

@@ -47,7 +47,7 @@ int random_gpus(dcp::xoshiro256ss& g) {
 // Lengths log-uniform up to what fits, shapes 2D for the 2D model.
 scenario random_scenario(dcp::xoshiro256ss& g) {
   const auto model = dcp::models::preset(dcp::models::preset_names[dcp::uniform_below(g, 3)]);
-  auto cost = dcp::make_analytic_cost(model, dcp::devices::h200(), random_gpus(g));
+  auto cost = dcp::make_analytic_cost(model, dcp::devices::h200_analytic(), random_gpus(g));
   const double longest = 0.95 * static_cast<double>(dcp::largest_feasible_tokens(cost) - model.text_tokens);
   const int count = 1 + static_cast<int>(dcp::uniform_below(g, 96));
   scenario s{cost, {}};
@@ -198,7 +198,7 @@ TEST(Baselines, DynamicCpFollowsTheMegatronGroupSearch) {
   // 4 GPUs, 1000 tokens per rank. Micro-batch 1 opens with A (2000 tokens) on CP 2, cap 2.1e6;
   // B and C (1000) take one free rank each (packing into A would pass the limit); D (500) finds
   // no room and opens micro-batch 2 alone, where it is doubled until it spans all 4 GPUs.
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 4);
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 4);
   dcp::dynamic_cp_planner p;
   p.max_tokens_per_rank = 1000;
   const std::vector<sequence> batch{dcp::make_sequence(4, 500), dcp::make_sequence(2, 1000), dcp::make_sequence(1, 2000),
@@ -233,7 +233,7 @@ TEST(Baselines, DynamicCpFollowsTheMegatronGroupSearch) {
 }
 
 TEST(Baselines, DynamicCpPaddingSteersTheScheduleOnly) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 2);
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 2);
   dcp::dynamic_cp_planner p;
   p.max_tokens_per_rank = 998;
   EXPECT_EQ(p.scheduled_tokens(997, 2), 997);
@@ -263,7 +263,7 @@ TEST(Baselines, DynamicCpPaddingSteersTheScheduleOnly) {
 }
 
 TEST(Baselines, DynamicCpTuningIsDeterministicAndOrderIndependent) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 16);
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 16);
   auto data = dcp::workloads::make("cogvideox-zipf10", 5);
   data.resize(2500);
   const auto tuned = dcp::tune(dcp::dynamic_cp_planner{}, cost, data);
@@ -292,7 +292,8 @@ TEST(Baselines, DynamicCpTuningIsDeterministicAndOrderIndependent) {
 }
 
 TEST(Baselines, DynamicCpRejectsBadKnobs) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32);  // 48 heads: CP <= 16
+  const auto cost =
+      dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32);  // 48 heads: CP <= 16
   const std::vector<sequence> batch{dcp::make_sequence(1, 4096), dcp::make_sequence(2, 300'000)};
   const auto x_max = static_cast<std::int64_t>(cost.max_tokens_per_gpu());
   auto expect_error = [&](const dcp::dynamic_cp_planner& p, dcp::errc code, const std::string& names) {
@@ -334,7 +335,7 @@ TEST(Baselines, LossWeightsFollowTheNormalisation) {
 }
 
 TEST(Baselines, TuningPicksTheFastestFeasibleSp) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32);
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32);
   auto data = dcp::workloads::make("cogvideox-zipf10", 3);
   data.resize(3000);
   const auto batches = dcp::epoch_batches(cost, data, 0, 0);
@@ -372,7 +373,7 @@ TEST(Baselines, TuningPicksTheFastestFeasibleSp) {
 
 TEST(Baselines, TuningRespectsTheLongestSequence) {
   // llama3-8b on 32 H200 holds ~231k tokens per GPU: 1M tokens need sp >= 8.
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 32);
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 32);
   std::vector<sequence> data;
   for (int i = 0; i < 200; ++i) data.push_back(dcp::make_sequence(i, 512 + 97 * i));
   data.push_back(dcp::make_sequence(1000, 1'000'000));
@@ -399,7 +400,7 @@ TEST(Baselines, TuningRespectsTheLongestSequence) {
 }
 
 TEST(Baselines, BucketMicroBatchesHoldOneShapeWithinTheScaledBatchSize) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 16);
+  const auto cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 16);
   auto data = dcp::workloads::make("opensora-zipf10", 1);
   data.resize(4000);
   const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, data);
@@ -430,7 +431,7 @@ TEST(Baselines, BucketMicroBatchesHoldOneShapeWithinTheScaledBatchSize) {
 }
 
 TEST(Baselines, InfeasibleSequencesAreErrorsOrSkipped) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   const std::vector<sequence> batch{dcp::make_sequence(1, 4096), dcp::make_sequence(2, 50'000'000),
                                     dcp::make_sequence(3, 9000)};
   // Tuned on the batch (a tuner meets the data first), and planned with a knob set.
@@ -470,7 +471,7 @@ TEST(Baselines, InfeasibleSequencesAreErrorsOrSkipped) {
 }
 
 TEST(Baselines, BadBatchesAreClearErrors) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   const std::vector<sequence> empty;
   const std::vector<sequence> twice{dcp::make_sequence(1, 100), dcp::make_sequence(1, 200)};
   auto expect_invalid = [&](const auto& planner, const std::vector<sequence>& batch) {

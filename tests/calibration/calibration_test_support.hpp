@@ -41,7 +41,7 @@ class rng {
 
 /// The prior: the analytic model of `model` on H200 with `gpus` GPUs.
 inline dcp::fitted_cost prior(int gpus, dcp::transformer_spec model = dcp::models::cogvideox_5b()) {
-  return dcp::make_fitted_cost(dcp::make_analytic_cost(std::move(model), dcp::devices::h200(), gpus));
+  return dcp::make_fitted_cost(dcp::make_analytic_cost(std::move(model), dcp::devices::h200_analytic(), gpus));
 }
 
 /// A truth: the prior with every coefficient scaled by a factor in [0.5, 2] (memory by [0.9, 1.2]),

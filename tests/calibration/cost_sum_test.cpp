@@ -24,7 +24,9 @@ namespace {
 
 using calib_test::rng;
 
-dcp::analytic_cost trained(int gpus) { return dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), gpus); }
+dcp::analytic_cost trained(int gpus) {
+  return dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), gpus);
+}
 
 TEST(cost_sum, without_networks_is_the_trained_model) {
   rng g(21);
@@ -42,7 +44,7 @@ TEST(cost_sum, without_networks_is_the_trained_model) {
 }
 
 TEST(cost_sum, adds_each_forward_network_as_documented) {
-  const auto d = dcp::devices::h200();
+  const auto d = dcp::devices::h200_analytic();
   const auto t5 = dcp::forward_networks::t5_xxl_encoder(d), vae = dcp::forward_networks::vae3d_encoder(d);
   EXPECT_NEAR(t5.parameters, 4.7e9, 0.2e9);  // T5-XXL's encoder
   const auto c = dcp::make_cost_sum(trained(8), {t5, vae});
@@ -66,7 +68,7 @@ TEST(cost_sum, adds_each_forward_network_as_documented) {
 
 TEST(cost_sum, plans_soundly_in_the_cost_slot) {
   rng g(22);
-  const auto d = dcp::devices::h200();
+  const auto d = dcp::devices::h200_analytic();
   using sum_t = dcp::cost_sum<dcp::analytic_cost>;
   const auto c = dcp::make_cost_sum(trained(8), {dcp::forward_networks::t5_xxl_encoder(d), dcp::forward_networks::vae3d_encoder(d)});
   dcp::dataset batch;
@@ -97,7 +99,7 @@ static_assert(!dcp::step_floor_cost_model<dcp::fitted_cost> &&
 // trained model's; a zero1 sum has none.
 TEST(cost_sum, every_step_lasts_at_least_the_trained_models_floor) {
   rng g(23);
-  const auto d = dcp::devices::h200();
+  const auto d = dcp::devices::h200_analytic();
   const std::vector<dcp::forward_network> nets{dcp::forward_networks::t5_xxl_encoder(d),
                                                dcp::forward_networks::vae3d_encoder(d)};
   auto check = [&](const auto& c, const std::string& what) {
@@ -137,11 +139,11 @@ TEST(cost_sum, every_step_lasts_at_least_the_trained_models_floor) {
 }
 
 TEST(cost_sum, bad_networks_are_rejected_by_name) {
-  auto f = dcp::forward_networks::t5_xxl_encoder(dcp::devices::h200());
+  auto f = dcp::forward_networks::t5_xxl_encoder(dcp::devices::h200_analytic());
   f.flop_rate = 0;
   EXPECT_DCP_ERROR((void)dcp::make_cost_sum(trained(8), {f}), dcp::errc::invalid_argument, "t5-xxl-encoder",
                    "flop_rate");
-  auto huge = dcp::forward_networks::t5_xxl_encoder(dcp::devices::h200());
+  auto huge = dcp::forward_networks::t5_xxl_encoder(dcp::devices::h200_analytic());
   huge.parameters = 1e12;
   EXPECT_THROW((void)dcp::make_cost_sum(trained(8), {huge}), dcp::error);
 }

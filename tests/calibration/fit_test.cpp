@@ -108,7 +108,7 @@ TEST(nnls, rejects_bad_input) {
 TEST(fitted_cost, prior_is_the_analytic_model_exactly) {
   rng g(12);
   for (int gpus : {1, 8, 32}) {
-    const auto a = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), gpus);
+    const auto a = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), gpus);
     const auto f = dcp::make_fitted_cost(a);
     for (int i = 0; i < 200; ++i) {
       const auto o = calib_test::random_step(f, g);
@@ -133,7 +133,7 @@ TEST(fitted_cost, prior_is_the_analytic_model_exactly_with_gqa_and_a_vocabulary)
   rng g(14);
   for (const auto loss : {dcp::loss_kind::full, dcp::loss_kind::chunked})
     for (int gpus : {2, 8, 32}) {  // 8B with its vocabulary does not fit one GPU under zero1
-      const auto a = dcp::make_analytic_cost(published_llama(loss), dcp::devices::h200(), gpus);
+      const auto a = dcp::make_analytic_cost(published_llama(loss), dcp::devices::h200_analytic(), gpus);
       EXPECT_FALSE(a.is_classic());
       EXPECT_TRUE(a.has_fitted_form());
       const auto f = dcp::make_fitted_cost(a);
@@ -147,8 +147,8 @@ TEST(fitted_cost, prior_is_the_analytic_model_exactly_with_gqa_and_a_vocabulary)
       EXPECT_NEAR(f.max_tokens_per_gpu() / a.max_tokens_per_gpu(), 1, 1e-12);
     }
   // Layouts outside the form are refused by name.
-  const auto tp2 =
-      dcp::make_analytic_cost(published_llama(dcp::loss_kind::full), dcp::devices::h200(), {.gpus = 16, .tp = 2});
+  const auto tp2 = dcp::make_analytic_cost(published_llama(dcp::loss_kind::full), dcp::devices::h200_analytic(),
+                                           {.gpus = 16, .tp = 2});
   EXPECT_DCP_ERROR((void)dcp::make_fitted_cost(tp2), dcp::errc::invalid_argument, "tp = ep = 1");
 }
 

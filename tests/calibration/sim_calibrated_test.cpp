@@ -43,7 +43,7 @@ TEST(probe_plan, starts_with_the_tightest_step_and_stays_within_its_budget) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial);
     const int gpus = trial % 2 ? 16 : 8;
     const auto model = trial % 2 ? dcp::models::cogvideox_5b() : dcp::models::llama3_8b();
-    const auto cost = dcp::make_analytic_cost(model, dcp::devices::h200(), gpus);
+    const auto cost = dcp::make_analytic_cost(model, dcp::devices::h200_analytic(), gpus);
     auto data = dcp::workloads::make(workloads[trial % 2], 100 + std::uint64_t(trial));
     data.resize(1500);
     const auto batches = dcp::epoch_batches(cost, data, std::int64_t(gpus) << 17, std::uint64_t(trial));
@@ -91,7 +91,7 @@ TEST(probe_plan, starts_with_the_tightest_step_and_stays_within_its_budget) {
   }
   dcp::probe_options bad;
   bad.budget = 0;
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 8);
   EXPECT_THROW((void)dcp::probe_plan(dcp::plan{}, cost, bad), dcp::error);
 }
 
@@ -107,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(specs, calibrated_truths,
                          });
 
 TEST_P(calibrated_truths, probe_first_then_learn_the_truth) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 8);
   auto data = dcp::workloads::make("text-longtail", 7);
   data.resize(3000);
   const auto batches = dcp::epoch_batches(cost, data, 1 << 20, 7);
@@ -141,7 +141,7 @@ TEST_P(calibrated_truths, probe_first_then_learn_the_truth) {
 // runs no step out of memory, the probe and the first batch included, and reaches 0.95 x the
 // oracle over the run.
 TEST(calibrated_method, a_table_truth_of_another_shape_runs_out_of_memory_nowhere) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 8);
   auto data = dcp::workloads::make("text-longtail", 5);
   data.resize(2000);
   const auto batches = dcp::epoch_batches(cost, data, 1 << 20, 5);
@@ -188,7 +188,7 @@ using dcp_test::node_local_groups;
 // of its batch, while the buddy run of the same batches (the cost-only overload) does use groups
 // across nodes.
 TEST(calibrated_method, plans_only_on_the_blocks_of_the_contexts_group_manager) {
-  dcp::device_spec d = dcp::devices::h200();
+  dcp::device_spec d = dcp::devices::h200_analytic();
   d.gpus_per_node = 2;
   const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), d, 8);
   auto data = dcp::workloads::make("text-longtail", 11);

@@ -25,8 +25,8 @@ using dcp_test::rng;
 // --- device presets ------------------------------------------------------------------------------
 
 TEST(DevicePresets, H200MatchesDesign) {
-  const auto d = dcp::devices::h200();
-  EXPECT_EQ(d.name, "h200");
+  const auto d = dcp::devices::h200_analytic();
+  EXPECT_EQ(d.name, "h200-analytic");
   EXPECT_EQ(d.peak, 989e12);
   EXPECT_EQ(d.eff_max, 0.55);
   EXPECT_EQ(d.x_half, 1024);
@@ -43,25 +43,31 @@ TEST(DevicePresets, H200MatchesDesign) {
 }
 
 TEST(DevicePresets, H100IsH200WithEightyGigabytes) {
-  auto d = dcp::devices::h100();
-  EXPECT_EQ(d.name, "h100");
+  auto d = dcp::devices::h100_analytic();
+  EXPECT_EQ(d.name, "h100-analytic");
   EXPECT_EQ(d.mem_bytes, 80e9);
   DCP_EXPECT_REL(d.capacity(), 72e9);
-  d.name = "h200";
+  d.name = "h200-analytic";
   d.mem_bytes = 141e9;
-  EXPECT_EQ(d, dcp::devices::h200());
+  EXPECT_EQ(d, dcp::devices::h200_analytic());
 }
 
 TEST(DevicePresets, ByName) {
+  EXPECT_EQ(dcp::devices::preset("h200-analytic"), dcp::devices::h200_analytic());
+  EXPECT_EQ(dcp::devices::preset("h100-analytic"), dcp::devices::h100_analytic());
   EXPECT_EQ(dcp::devices::preset("h200"), dcp::devices::h200());
   EXPECT_EQ(dcp::devices::preset("h100"), dcp::devices::h100());
+  EXPECT_TRUE(dcp::devices::h200().kernel.enabled());
+  EXPECT_FALSE(dcp::devices::h200_analytic().kernel.enabled());
+  EXPECT_EQ(dcp::devices::h200().analytic().kernel, dcp::kernel_clock{});
   std::ostringstream os;
-  os << dcp::devices::h100();
+  os << dcp::devices::h100_analytic();
   EXPECT_NE(os.str().find("h100"), std::string::npos);
 }
 
 TEST(DevicePresets, UnknownNameIsAnErrorNamingIt) {
-  EXPECT_DCP_ERROR((void)dcp::devices::preset("v100"), dcp::errc::invalid_argument, "'v100'", "h200, h100 or a100");
+  EXPECT_DCP_ERROR((void)dcp::devices::preset("v100"), dcp::errc::invalid_argument, "'v100'",
+                   "h200, h100, a100, h200-analytic or h100-analytic");
 }
 
 TEST(DevicePresets, ValidationNamesTheField) {
@@ -86,7 +92,7 @@ TEST(DevicePresets, ValidationNamesTheField) {
       {[](dcp::device_spec& d) { d.gpus_per_node = 0; }, "gpus_per_node = 0"},
   };
   for (const auto& c : cases) {
-    auto d = dcp::devices::h200();
+    auto d = dcp::devices::h200_analytic();
     c.mutate(d);
     const auto msg = message_of([&] { dcp::validate(d); });
     EXPECT_NE(msg.find(c.needle), std::string::npos) << "expected '" << c.needle << "' in: " << msg;
@@ -97,7 +103,7 @@ TEST(DevicePresets, ValidationNamesTheField) {
 
 TEST(AnalyticCost, HandComputedFullAttention) {
   // cogvideox-5b on 32 H200: one sequence of 10000 tokens (9774 + 226 text), sp = 2, k = 10.
-  const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h200(), 32};
+  const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32};
   const auto l = c.load_of(dcp::make_sequence(1, 9774));
   EXPECT_EQ(l.tokens, 10000);
 
@@ -127,7 +133,7 @@ TEST(AnalyticCost, HandComputedFullAttention) {
 TEST(AnalyticCost, HandComputedCausalAcrossNodes) {
   // llama3-8b on 32 H200: sequences of 3000 and 5000 tokens together on sp = 16 (two nodes,
   // so the inter-node bandwidth applies), k = 5.
-  const dcp::analytic_cost c{dcp::models::llama3_8b(), dcp::devices::h200(), 32};
+  const dcp::analytic_cost c{dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 32};
   const auto l = c.load_of(dcp::make_sequence(1, 3000)) + c.load_of(dcp::make_sequence(2, 5000));
   EXPECT_EQ(l.sequences, 2);
   EXPECT_EQ(l.tokens, 8000);
@@ -156,7 +162,7 @@ TEST(AnalyticCost, HandComputedCausalAcrossNodes) {
 TEST(AnalyticCost, HandComputedFactorized2D) {
   // stdit3-xl on 16 H100: shapes 10 x 200 and 3 x 64 together on sp = 4 (DSP: 2 all-to-alls per
   // block pass), k = 8.
-  const dcp::analytic_cost c{dcp::models::stdit3_xl(), dcp::devices::h100(), 16};
+  const dcp::analytic_cost c{dcp::models::stdit3_xl(), dcp::devices::h100_analytic(), 16};
   const auto l = c.load_of(dcp::make_sequence(1, 10, 200)) + c.load_of(dcp::make_sequence(2, 3, 64));
   EXPECT_EQ(l.tokens, 2000 + 192);
 
@@ -185,7 +191,7 @@ TEST(AnalyticCost, HandComputedFactorized2D) {
 
 TEST(AnalyticCost, HandComputedSingleGpuHasNoCommunication) {
   // cogvideox-5b on 8 H100: 274 + 226 = 500 tokens on one GPU, nothing checkpointed.
-  const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h100(), 8};
+  const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h100_analytic(), 8};
   const auto l = c.load_of(dcp::make_sequence(1, 274));
   const double L = 42, h = 3072, Pb = 113246208, P = L * Pb, n = 500;
   const double F = L * 2 * Pb * n + L * 4 * h * n * n;
@@ -198,7 +204,7 @@ TEST(AnalyticCost, HandComputedSingleGpuHasNoCommunication) {
 }
 
 TEST(AnalyticCost, StaticMemoryAndMaxTokensPerGpu) {
-  const dcp::analytic_cost c{dcp::models::llama3_8b(), dcp::devices::h200(), 32};
+  const dcp::analytic_cost c{dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 32};
   const double P = 32 * 243269632.0;
   DCP_EXPECT_REL(c.static_memory(), 4 * P + 12 * P / 32);
   DCP_EXPECT_REL(c.max_tokens_per_gpu(), (126.9e9 - (4 * P + 12 * P / 32)) / ((2 * 32 + 34) * 4096.0));
@@ -208,15 +214,15 @@ TEST(AnalyticCost, StaticMemoryAndMaxTokensPerGpu) {
 }
 
 TEST(AnalyticCost, TokensIncludeTextTokensAndShapes) {
-  const dcp::analytic_cost cog{dcp::models::cogvideox_5b(), dcp::devices::h200(), 8};
+  const dcp::analytic_cost cog{dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8};
   EXPECT_EQ(cog.tokens_of(dcp::make_sequence(3, 13, 1350)), 13 * 1350 + 226);
-  const dcp::analytic_cost st{dcp::models::stdit3_xl(), dcp::devices::h200(), 8};
+  const dcp::analytic_cost st{dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 8};
   EXPECT_EQ(st.tokens_of(dcp::make_sequence(3, 13, 1350)), 13 * 1350);
   EXPECT_EQ(st.load_of(dcp::make_sequence(3, 13, 1350)).sequences, 1);
 }
 
 TEST(AnalyticCost, LoadIsAdditive) {
-  const dcp::analytic_cost c{dcp::models::stdit3_xl(), dcp::devices::h200(), 8};
+  const dcp::analytic_cost c{dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 8};
   const auto a = c.load_of(dcp::make_sequence(1, 4, 100)), b = c.load_of(dcp::make_sequence(2, 7, 30));
   const auto s = a + b;
   EXPECT_EQ(s.sequences, 2);
@@ -229,18 +235,18 @@ TEST(AnalyticCost, LoadIsAdditive) {
 // --- validation -----------------------------------------------------------------------------------
 
 TEST(AnalyticCost, ZeroGpusIsAnError) {
-  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 0),
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 0),
                    dcp::errc::invalid_argument, "gpus = 0");
-  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), -8),
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), -8),
                    dcp::errc::invalid_argument, "gpus = -8");
 }
 
 TEST(AnalyticCost, GpusMustBeWholeNodesBeyondOneNode) {
   for (int n : {1, 2, 3, 5, 7, 8, 16, 24, 40, 72}) {
-    EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), n)) << n;
+    EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), n)) << n;
   }
   for (int n : {9, 12, 20, 33, 100}) {
-    EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), n),
+    EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), n),
                      dcp::errc::invalid_argument, "gpus = " + std::to_string(n), "gpus_per_node = 8");
   }
 }
@@ -252,30 +258,30 @@ TEST(AnalyticCost, CapacityBelowStaticMemoryIsAnError) {
   ASSERT_GT(16 * p, 72e9);
   ASSERT_LT(16 * p, 126.9e9);
   // The capacity, in bytes, is named too.
-  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 1),
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100_analytic(), 1),
                    dcp::errc::invalid_argument, "llama3-8b", "static memory", std::to_string(72e9));
-  EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 1));
+  EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 1));
   // Two H100s shard the optimizer state: 4 P + 6 P = 77.8 GB, still over; four fit (62.3 GB).
-  EXPECT_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 2), dcp::error);
-  EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 4));
+  EXPECT_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100_analytic(), 2), dcp::error);
+  EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100_analytic(), 4));
   // The message names the fix that works: the least GPU count where more GPUs shrink it enough
   // (4 P + 12 P / N <= 72 GB from N = 3)...
-  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 2),
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100_analytic(), 2),
                    dcp::errc::invalid_argument, "(zero1)", "it fits from 3 GPUs", "sharding = zero3");
   // ... and where no count fits under zero1 (llama3-70b holds 4 P = 276 GB on every GPU), the
   // shardings and layouts that divide it.
-  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h100(), 1024),
+  EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h100_analytic(), 1024),
                    dcp::errc::invalid_argument, "no GPU count fits", "use sharding = zero3, tp = 2");
-  EXPECT_NO_THROW((void)dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h100(),
-                                                dcp::parallel_layout{.gpus = 64, .gpus_per_node = 8,
-                                                                     .sharding = dcp::sharding_kind::zero3}));
+  EXPECT_NO_THROW((void)dcp::make_analytic_cost(
+      dcp::models::llama3_70b(), dcp::devices::h100_analytic(),
+      dcp::parallel_layout{.gpus = 64, .gpus_per_node = 8, .sharding = dcp::sharding_kind::zero3}));
 }
 
 TEST(AnalyticCost, InvalidModelOrDeviceIsAnError) {
   auto m = dcp::models::cogvideox_5b();
   m.heads = 5;  // does not divide 3072
-  EXPECT_THROW((void)dcp::make_analytic_cost(m, dcp::devices::h200(), 8), dcp::error);
-  auto d = dcp::devices::h200();
+  EXPECT_THROW((void)dcp::make_analytic_cost(m, dcp::devices::h200_analytic(), 8), dcp::error);
+  auto d = dcp::devices::h200_analytic();
   d.peak = -1;
   EXPECT_THROW((void)dcp::make_analytic_cost(dcp::models::cogvideox_5b(), d, 8), dcp::error);
 }
@@ -283,7 +289,7 @@ TEST(AnalyticCost, InvalidModelOrDeviceIsAnError) {
 TEST(AnalyticCost, LegalSpDividesHeadsWithinN) {
   auto m = dcp::models::cogvideox_5b();
   m.heads = 12;  // 3072 / 12 = 256: a valid model whose heads 8 and 16 do not divide
-  const dcp::analytic_cost c{m, dcp::devices::h200(), 64};
+  const dcp::analytic_cost c{m, dcp::devices::h200_analytic(), 64};
   EXPECT_TRUE(dcp::legal_sp(c, 1));
   EXPECT_TRUE(dcp::legal_sp(c, 2));
   EXPECT_TRUE(dcp::legal_sp(c, 4));
@@ -298,10 +304,10 @@ TEST(AnalyticCost, LegalSpDividesHeadsWithinN) {
   EXPECT_FALSE(dcp::legal_sp(c, 0));
   EXPECT_FALSE(dcp::legal_sp(c, -2));
   // stdit3-xl has 16 heads: sp 32 is illegal even on 64 GPUs; and sp never exceeds N.
-  const dcp::analytic_cost st{dcp::models::stdit3_xl(), dcp::devices::h200(), 64};
+  const dcp::analytic_cost st{dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 64};
   EXPECT_TRUE(dcp::legal_sp(st, 16));
   EXPECT_FALSE(dcp::legal_sp(st, 32));
-  const dcp::analytic_cost small{dcp::models::cogvideox_5b(), dcp::devices::h200(), 4};
+  const dcp::analytic_cost small{dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 4};
   EXPECT_TRUE(dcp::legal_sp(small, 4));
   EXPECT_FALSE(dcp::legal_sp(small, 8));
 }

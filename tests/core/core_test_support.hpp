@@ -37,7 +37,9 @@ inline ::testing::AssertionResult rel_near(const char* a_expr, const char* e_exp
 inline std::vector<dcp::transformer_spec> model_presets() {
   return {dcp::models::cogvideox_5b(), dcp::models::stdit3_xl(), dcp::models::llama3_8b()};
 }
-inline std::vector<dcp::device_spec> device_presets() { return {dcp::devices::h200(), dcp::devices::h100()}; }
+inline std::vector<dcp::device_spec> device_presets() {
+  return {dcp::devices::h200_analytic(), dcp::devices::h100_analytic()};
+}
 
 /// GPU counts the library accepts with G = 8: 1..8, then whole nodes (24, 40, 72 included).
 inline int random_gpus(rng& g, int max_nodes = 128) {

@@ -119,7 +119,7 @@ TEST(NoRecompute, ZeroBlocksOrNothing) {
 }
 
 TEST(RecomputePolicies, ShortStepsRecomputeNothing) {
-  const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h200(), 32};
+  const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32};
   const auto l = c.load_of(dcp::make_sequence(1, 1000));
   EXPECT_EQ(dcp::selective_recompute{}.choose(c, l, 1), std::optional<int>(0));
   EXPECT_EQ(dcp::full_recompute{}.choose(c, l, 1), std::optional<int>(42));

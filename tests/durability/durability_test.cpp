@@ -52,7 +52,8 @@ dcp::dataset make_dataset(std::uint64_t seed = 11, int count = 240) {
 }
 
 const dcp::analytic_cost& job_cost() {
-  static const dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  static const dcp::analytic_cost cost =
+      dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   return cost;
 }
 

@@ -135,7 +135,9 @@ outcome cli(const std::string& args) {
 
 // ---- fixtures of the entries --------------------------------------------------------------------
 
-dcp::analytic_cost cost8() { return dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8); }
+dcp::analytic_cost cost8() {
+  return dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
+}
 
 dcp::dataset small_dataset(int n = 40) {
   dcp::dataset d;
@@ -297,7 +299,7 @@ const std::vector<entry>& catalogue() {
          return lib([] {
            dcp::local_world::run(1, [](dcp::local_comm& world) {
              dcp::scheduler s(dcp::models::cogvideox_5b(), world,
-                              dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8));
+                              dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8));
            });
          });
        }},
@@ -308,7 +310,7 @@ const std::vector<entry>& catalogue() {
          return lib([] {
            dcp::bucket_planner p;
            p.sp = 32;
-           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32),
                   std::vector{dcp::make_sequence(1, 1000)});
          });
        }},
@@ -316,8 +318,9 @@ const std::vector<entry>& catalogue() {
        "bucket planner: sp = 0 is not tuned; choose it on the workload with dcp::tune(planner, ctx, data)",
        [] {
          return lib([] {
-           dcp::bucket_planner{}.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
-                                      std::vector{dcp::make_sequence(1, 1000)});
+           dcp::bucket_planner{}.plan(
+               dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32),
+               std::vector{dcp::make_sequence(1, 1000)});
          });
        }},
       {"dynamic-cp-limit-out-of-range", "invalid_argument", "dynamic_cp max_tokens_per_rank = -5 must be in [1, ",
@@ -325,7 +328,7 @@ const std::vector<entry>& catalogue() {
          return lib([] {
            dcp::dynamic_cp_planner p;
            p.max_tokens_per_rank = -5;
-           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32),
                   std::vector{dcp::make_sequence(1, 1000)});
          });
        }},
@@ -335,7 +338,7 @@ const std::vector<entry>& catalogue() {
          return lib([] {
            dcp::dynamic_cp_planner p;
            p.min_cp_size = 3;
-           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32),
                   std::vector{dcp::make_sequence(1, 1000)});
          });
        }},
@@ -346,7 +349,7 @@ const std::vector<entry>& catalogue() {
          return lib([] {
            dcp::dynamic_cp_planner p;
            p.max_tokens_per_rank = 10000;
-           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32),
                   std::vector{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 300'000)});
          });
        }},
@@ -355,19 +358,23 @@ const std::vector<entry>& catalogue() {
               dcp::validate(dcp::ulysses_shape{1024, 48, 64}, 32);
             }); }},
       {"gpus-zero", "invalid_argument", "gpus = 0 must be positive",
-       [] { return lib([] { dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 0); }); }},
+       [] {
+         return lib([] { dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 0); });
+       }},
       {"gpus-not-whole-nodes", "invalid_argument", "gpus = 12 is not a multiple of gpus_per_node = 8; use whole nodes",
-       [] { return lib([] { dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 12); }); }},
+       [] {
+         return lib([] { dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 12); });
+       }},
       {"gpus-per-node-not-power-of-two", "invalid_argument", "gpus_per_node = 6 must be a positive power of two",
        [] {
          return lib([] {
-           auto d = dcp::devices::h200();
+           auto d = dcp::devices::h200_analytic();
            d.gpus_per_node = 6;
            dcp::make_analytic_cost(dcp::models::cogvideox_5b(), d, 12);
          });
        }},
       {"memory-below-static", "invalid_argument", "is below the static memory",
-       [] { return lib([] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100(), 1); }); }},
+       [] { return lib([] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h100_analytic(), 1); }); }},
       {"memory-capacity-over-device", "invalid_argument", "exceeds the device's 141000000000.000000 bytes",
        [] {
          return ranks(1, [](dcp::local_comm& w) {
@@ -419,12 +426,15 @@ const std::vector<entry>& catalogue() {
        }},
       {"tp-not-dividing", "invalid_argument", "tp = 3 must be a power of two dividing gpus_per_node = 8",
        [] {
-         return lib([] { dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(), {.gpus = 128, .tp = 3}); });
+         return lib([] {
+           dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200_analytic(), {.gpus = 128, .tp = 3});
+         });
        }},
       {"ep-on-dense-model", "invalid_argument", "ep = 8 needs a MoE model (experts > 0)",
        [] {
-         return lib(
-             [] { dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), {.gpus = 64, .ep = 8}); });
+         return lib([] {
+           dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), {.gpus = 64, .ep = 8});
+         });
        }},
       {"unknown-sharding", "invalid_argument", "unknown sharding 'zero2'; use replicated, zero1 or zero3",
        [] { return lib([] { (void)dcp::sharding_of("zero2"); }); }},
@@ -445,7 +455,8 @@ const std::vector<entry>& catalogue() {
        }},
       {"unknown-model-preset", "invalid_argument", "unknown model preset 'gpt5'; use one of",
        [] { return lib([] { (void)dcp::models::preset("gpt5"); }); }},
-      {"unknown-device-preset", "invalid_argument", "unknown device preset 'v100'; use h200, h100 or a100",
+      {"unknown-device-preset", "invalid_argument",
+       "unknown device preset 'v100'; use h200, h100, a100, h200-analytic or h100-analytic",
        [] { return lib([] { (void)dcp::devices::preset("v100"); }); }},
       {"cluster-node-count", "invalid_argument", "1 node devices for 2 nodes of gpus = 16",
        [] {
@@ -475,7 +486,7 @@ const std::vector<entry>& catalogue() {
        "raise the budget to 1",
        [] {
          return lib([] {
-           const auto w = dcp::make_analytic_cost(dcp::models::wan2_1_14b(), dcp::devices::h200(), 64);
+           const auto w = dcp::make_analytic_cost(dcp::models::wan2_1_14b(), dcp::devices::h200_analytic(), 64);
            const std::int64_t at8 = dcp::step_token_capacity(w, 8, w.blocks()) - w.model.text_tokens;
            const std::vector<dcp::sequence> data{dcp::make_sequence(1, at8 * 3), dcp::make_sequence(2, 4096)};
            (void)dcp::budget_group_sizes(
@@ -486,7 +497,7 @@ const std::vector<entry>& catalogue() {
        "method 'dcp-uniform' plans as if every node were the cluster's weakest; it needs a cluster",
        [] {
          return lib([] {
-           const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+           const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 8);
            const std::vector<dcp::sequence> data{dcp::make_sequence(1, 1000)};
            const std::vector<std::vector<dcp::sequence>> batches{data};
            (void)dcp::sim::run_method("dcp-uniform", c, data, batches, {});
@@ -666,8 +677,9 @@ const std::vector<entry>& catalogue() {
       {"truth-gpu-outside-job", "invalid_argument", "truth slow_gpus names GPU 40, but the job has 32 GPUs (0..31)",
        [] {
          return lib([] {
-           (void)dcp::sim::make_truth(dcp::sim::parse_truth_spec("slow_gpus=40:0.5"),
-                                      dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32), 0);
+           (void)dcp::sim::make_truth(
+               dcp::sim::parse_truth_spec("slow_gpus=40:0.5"),
+               dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32), 0);
          });
        }},
       {"truth-profile-scaled", "invalid_argument", "a profile truth takes only slow_gpus and jitter from --truth",
@@ -679,7 +691,7 @@ const std::vector<entry>& catalogue() {
          return lib([] {
            dcp::dcp_planner p;
            p.speeds = {1.0, 0.5};
-           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32),
                   std::vector{dcp::make_sequence(1, 1000)});
          });
        }},
@@ -689,7 +701,7 @@ const std::vector<entry>& catalogue() {
            dcp::dcp_planner p;
            p.speeds.assign(32, 1.0);
            p.speeds[3] = 0;
-           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 32),
+           p.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 32),
                   std::vector{dcp::make_sequence(1, 1000)});
          });
        }},

@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   dcp::transformer_spec model = flags % 3 == 0   ? dcp::models::cogvideox_5b()
                                 : flags % 3 == 1 ? dcp::models::stdit3_xl()
                                                  : dcp::models::llama3_8b();
-  const dcp::device_spec device = (flags & 4) ? dcp::devices::h100() : dcp::devices::h200();
+  const dcp::device_spec device = (flags & 4) ? dcp::devices::h100_analytic() : dcp::devices::h200_analytic();
   int gpus = static_cast<int>(in.u16() % 1024) + 1;
   if (gpus > device.gpus_per_node) gpus -= gpus % device.gpus_per_node;  // whole nodes
   dcp::analytic_cost cost{model, device, gpus};

@@ -12,6 +12,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -160,10 +161,95 @@ struct reference {
     }
     return t;
   }
+
+  // ---- The kernel clock (DESIGN 4.6), written from the text ----
+  double attention_eff(bool backward, double keys, bool causal) const {
+    const dcp::kernel_clock& kc = d.kernel;
+    const double z = std::log2(dh());
+    const double psi = z <= 6   ? kc.head_width_64
+                       : z <= 7 ? kc.head_width_64 + (z - 6) * (1 - kc.head_width_64)
+                       : z <= 8 ? 1 + (z - 7) * (kc.head_width_256 - 1)
+                                : kc.head_width_256;
+    const double best = backward ? kc.attention_backward : kc.attention_forward;
+    const double half = backward ? kc.attention_backward_half : kc.attention_forward_half;
+    return std::min(1.0, best * keys / (keys + half) * psi * (causal ? kc.attention_causal : 1.0));
+  }
+  double gemm_eff(double x) const { return d.eff_max * x / (x + d.x_half); }
+  // W_f and W_b of one sequence of n tokens.
+  std::pair<double, double> attention_work(double n) const {
+    const double L = m.blocks, c = double(m.cross_attention_tokens), pair = 2 * (hq() + ho());
+    double wf = 0, wb = 0;
+    auto add = [&](double flops, double keys, bool causal) {
+      if (flops == 0) return;
+      wf += flops / attention_eff(false, keys, causal), wb += 2.5 * flops / attention_eff(true, keys, causal);
+    };
+    if (m.attention == dcp::attention_kind::causal) {
+      const double Lw = m.window ? (m.windowed_blocks ? m.windowed_blocks : L) : 0, w = double(m.window);
+      const double pairs = n <= w ? n * n / 2 : w * n - w * w / 2;
+      add((L - Lw) * pair * n * n / 2, n / 2, true);
+      if (Lw > 0) add(Lw * pair * pairs, pairs / n, true);
+    } else {
+      add(L * pair * n * n, n, false);
+    }
+    if (c > 0) {
+      add(L * pair * n * c, c, false);
+      const double proj = L * 2 * double(m.hidden) * (hkv() + hkvv()) * c;
+      wf += proj / gemm_eff(c), wb += 2 * proj / gemm_eff(c);
+    }
+    return {wf, wb};
+  }
+  double a2a_seconds(double bytes, double g) const {
+    const double G = d.gpus_per_node;
+    if (g <= G) return bytes / d.bw_intra;
+    return bytes * std::max((G - 1) / (g - 1) / d.bw_intra, (g - G) / (g - 1) / d.bw_inter);
+  }
+  double kernel_time(std::span<const double> ns, int sp, int k) const {
+    const double L = m.blocks, h = double(m.hidden);
+    double tok = 0, wf = 0, wb = 0;
+    for (double n : ns) {
+      const auto [f, b] = attention_work(n);
+      tok += n, wf += f, wb += b;
+    }
+    const double x = tok / sp, FV = 2 * double(m.vocab) * h * tok;
+    const double gemm_peak = d.precision == dcp::gemm_precision::fp8 ? d.peak * d.kernel.fp8_gemm : d.peak;
+    double t = ((3 + k / L) * 2 * Pact() * tok + 3 * FV) / (sp * tp * gemm_peak * gemm_eff(x)) +
+               ((1 + k / L) * wf + wb) / (sp * tp * d.peak) + d.tau * (3 * L + k);
+    if (sp > 1) {
+      const bool whole = kvh() / tp >= sp;
+      const double key = whole ? hkv() / tp : dh() * sp, value = whole ? hkvv() / tp : dv() * sp;
+      const double w = ((hq() + ho()) / tp + key + value) / 4;
+      t += 4 * (2 * L + k) * (d.alpha + a2a_seconds(2 * w * x * (sp - 1) / sp, sp * tp));
+    }
+    if (tp > 1)
+      t += d.kernel.tp_exposed * ((m.cross_attention_tokens ? 6 : 4) * (2 * L + k) + (m.vocab ? 4 : 0)) *
+           (d.alpha + 2 * h * x * (tp - 1) / tp / d.bw_intra);
+    if (ep > 1)
+      t += 2 * (2 * Le() + k * Le() / L) *
+           (d.alpha + a2a_seconds(2 * h * m.experts_per_token * x / tp * (ep - 1) / ep, ep * tp));
+    if (sh == sharding_kind::zero3) {
+      const double D = double(N) / tp, De = D / ep, G = d.gpus_per_node;
+      const double V = 2 * ((pb() - pbe()) / tp * (D - 1) / D + pbe() / (tp * ep) * (De - 1) / De);
+      const double Vd = 2 * pb_dense() / tp * (D - 1) / D;
+      const double VV = 2 * double(m.vocab) * h / tp * (D - 1) / D, bw = N <= G ? d.bw_intra : d.bw_inter;
+      const double moe_or_all = m.experts ? Le() : L;
+      t = std::max(
+          t, 3 * moe_or_all * (d.alpha + V / bw) + 3 * Ld() * (d.alpha + Vd / bw) + 3 * nv() * (d.alpha + VV / bw));
+    }
+    return t;
+  }
+  double update() const {
+    const double D = double(N) / tp, De = D / ep, G = d.gpus_per_node;
+    const double experts = PE() / (tp * ep), dense = (P() - PE()) / tp + pv() / tp;
+    double t = 0;
+    if (sh != sharding_kind::zero3 && D > 1)
+      t = 2 * (d.alpha + 2 * (dense * (D - 1) / D + experts * (De - 1) / De) / (N <= G ? d.bw_intra : d.bw_inter));
+    const double owned = sh == sharding_kind::replicated ? dense + experts : (P() + pv()) / N;
+    return t + 30 * owned / d.kernel.hbm_bw;
+  }
 };
 
 dcp::analytic_cost make(const dcp::transformer_spec& m, int N, int tp, int ep, sharding_kind sh) {
-  return dcp::make_analytic_cost(m, dcp::devices::h200(), {.gpus = N, .tp = tp, .ep = ep, .sharding = sh});
+  return dcp::make_analytic_cost(m, dcp::devices::h200_analytic(), {.gpus = N, .tp = tp, .ep = ep, .sharding = sh});
 }
 
 // ---- Presets ----
@@ -195,13 +281,13 @@ TEST(ModelPresets, NewPresetsHaveTheirRealDimensions) {
 TEST(ModelPresets, ClassicModelsAreUnchangedByTheExtensions) {
   for (auto name : {"cogvideox-5b", "stdit3-xl", "llama3-8b"}) {
     const auto m = dcp::models::preset(name);
-    const auto plain = dcp::make_analytic_cost(m, dcp::devices::h200(), 32);
+    const auto plain = dcp::make_analytic_cost(m, dcp::devices::h200_analytic(), 32);
     const auto layout = make(m, 32, 1, 1, sharding_kind::zero1);
     EXPECT_TRUE(plain.is_classic());
     auto explicit_defaults = m;  // GQA fields spelled out at their defaults
     explicit_defaults.kv_heads = m.heads;
     explicit_defaults.head_dim = m.hidden / m.heads;
-    const auto spelled = dcp::make_analytic_cost(explicit_defaults, dcp::devices::h200(), 32);
+    const auto spelled = dcp::make_analytic_cost(explicit_defaults, dcp::devices::h200_analytic(), 32);
     EXPECT_EQ(plain.static_memory(), spelled.static_memory()) << name;
     for (int sp : {1, 2, 4, 8, 16}) {
       const auto l = plain.load_of(dcp::make_sequence(1, 2, 9000)) + plain.load_of(dcp::make_sequence(2, 3, 7000));
@@ -338,6 +424,96 @@ TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
   EXPECT_GT(checked, 600);
 }
 
+// The kernel clock (DESIGN 4.6) on the same configurations, in bf16 and fp8: the time and the
+// per-batch update against the transcription above, and the laws the planners and bounds rely on.
+TEST(ModelFormulas, TheKernelClockMatchesAnIndependentTranscription) {
+  const std::uint64_t seed = 4111;
+  std::cout << "[     SEED ] " << seed << "\n";
+  dcp::xoshiro256ss g(seed);
+  int checked = 0;
+  auto all = configurations();
+  for (const auto& c : vocabulary_configurations()) all.push_back(c);
+  for (const auto& c : shape_configurations()) all.push_back(c);
+  for (const auto precision : {dcp::gemm_precision::bf16, dcp::gemm_precision::fp8}) {
+    for (const auto& c : all) {
+      auto device = dcp::devices::h200();
+      device.precision = precision;
+      const auto cost =
+          dcp::make_analytic_cost(c.model, device, {.gpus = c.N, .tp = c.tp, .ep = c.ep, .sharding = c.sh});
+      const reference ref{cost.model, cost.device, c.N, c.tp, c.ep, c.sh};
+      EXPECT_TRUE(rel_close(cost.update_seconds(), ref.update(), 1e-12)) << cost;
+      EXPECT_GT(cost.update_seconds(), 0) << cost;
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<double> ns;
+        dcp::analytic_load load{};
+        const int b = 1 + static_cast<int>(dcp::uniform_below(g, 4));
+        for (int i = 0; i < b; ++i) {
+          const auto n = 1 + static_cast<std::int64_t>(std::exp(dcp::uniform01(g) * std::log(200000.0)));
+          load = load + cost.load_of(dcp::make_sequence(i, n));
+          ns.push_back(static_cast<double>(n));
+        }
+        const int sp = 1 << dcp::uniform_below(g, 6);
+        if (!dcp::legal_sp(cost, sp)) continue;
+        const int k = static_cast<int>(dcp::uniform_below(g, static_cast<std::uint64_t>(cost.blocks() + 1)));
+        EXPECT_TRUE(rel_close(cost.time(load, sp, k), ref.kernel_time(ns, sp, k), 1e-12))
+            << cost << " sp=" << sp << " k=" << k;
+        if (cost.memory(load, sp, k) <= cost.capacity()) {
+          EXPECT_LE(cost.work_floor(load, sp, k), sp * cost.time(load, sp, k) * (1 + 1e-12)) << cost;
+          EXPECT_LE(cost.packed_work_floor(load, sp, k), sp * cost.time(load, sp, k) * (1 + 1e-12)) << cost;
+        }
+        EXPECT_GE(cost.packed_work_floor(load, sp, k), cost.work_floor(load, sp, k) * (1 - 1e-12)) << cost;
+        const double alone = cost.time(load, sp, k);
+        EXPECT_EQ(cost.shared_time_floor(load, sp, k, alone, load + load), alone) << cost;
+        if (k < cost.blocks()) {
+          EXPECT_LE(cost.time(load, sp, k), cost.time(load, sp, k + 1)) << cost;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 500);
+}
+
+// The kernel clock's shape: attention slower per FLOP on short sequences and narrow heads, its
+// backward at 2.5x the forward's FLOPs; the framework's memory off the capacity; fp8 GEMMs faster.
+TEST(ModelFormulas, TheKernelClockHasTheKernelsShape) {
+  const auto device = dcp::devices::h200();
+  const dcp::kernel_clock& kc = device.kernel;
+  EXPECT_LT(kc.efficiency(false, 512, 128, false), kc.efficiency(false, 8192, 128, false));
+  EXPECT_LT(kc.efficiency(false, 8192, 64, false), kc.efficiency(false, 8192, 128, false));
+  EXPECT_LT(kc.efficiency(false, 8192, 128, true), kc.efficiency(false, 8192, 128, false));
+  EXPECT_LT(kc.efficiency(true, 8192, 128, false), kc.efficiency(false, 8192, 128, false));
+  // The FlashAttention-2 rates it follows (H100 SXM5, head width 128, TFLOP/s) within 3%.
+  EXPECT_NEAR(kc.efficiency(false, 512, 128, false) * 989, 309, 309 * 0.03);
+  EXPECT_NEAR(kc.efficiency(false, 2048, 128, false) * 989, 362, 362 * 0.03);
+  EXPECT_NEAR(kc.efficiency(false, 16384, 128, false) * 989, 370, 370 * 0.03);
+  EXPECT_NEAR(kc.efficiency(true, 2048, 128, false) * 989, 291, 291 * 0.03);
+  EXPECT_NEAR(kc.efficiency(true, 16384, 128, false) * 989, 322, 322 * 0.03);
+  EXPECT_LE(kc.efficiency(false, 1e9, 1e6, false), 1.0);
+  EXPECT_DOUBLE_EQ(device.capacity(), device.mem_bytes * device.usable - kc.reserved_bytes);
+  const auto llama = dcp::models::llama3_8b();
+  const auto bf16 = dcp::make_analytic_cost(llama, device, 8);
+  auto fp8_device = device;
+  fp8_device.precision = dcp::gemm_precision::fp8;
+  const auto fp8 = dcp::make_analytic_cost(llama, fp8_device, 8);
+  const auto l = bf16.load_of(dcp::make_sequence(1, 8192));
+  EXPECT_LT(fp8.time(l, 1, 0), bf16.time(l, 1, 0));
+  EXPECT_GT(l.attention_forward_work, l.attention / kc.attention_forward);  // never above its best rate
+  EXPECT_GT(l.attention_backward_work, 2.5 * l.attention / kc.attention_backward * 0.99);
+  // Section 4's clock: no kernel work in the loads, no per-batch update.
+  const auto analytic = dcp::make_analytic_cost(llama, dcp::devices::h200_analytic(), 8);
+  EXPECT_EQ(analytic.load_of(dcp::make_sequence(1, 8192)).attention_forward_work, 0);
+  EXPECT_EQ(analytic.update_seconds(), 0);
+  EXPECT_FALSE(bf16.is_classic());
+  // A device may not carry kernel constants without the clock, nor fp8 without its rate.
+  auto half = dcp::devices::h200_analytic();
+  half.kernel.tp_exposed = 0.5;
+  EXPECT_DCP_ERROR(dcp::validate(half), dcp::errc::invalid_argument, "kernel.attention_forward > 0");
+  auto no_fp8 = dcp::devices::h200_analytic();
+  no_fp8.precision = dcp::gemm_precision::fp8;
+  EXPECT_DCP_ERROR(dcp::validate(no_fp8), dcp::errc::invalid_argument, "no FP8 GEMM rate");
+}
+
 TEST(ModelFormulas, TheVocabularyCostsWhatDesignSays) {
   auto llama31 = dcp::models::llama3_8b();
   llama31.kv_heads = 8;
@@ -402,7 +578,7 @@ TEST(ModelFormulas, LayoutValidationNamesTheValue) {
   constexpr auto invalid = dcp::errc::invalid_argument;
   const auto llama = dcp::models::llama3_70b();
   EXPECT_DCP_ERROR((void)make(llama, 128, 3, 1, sharding_kind::zero3), invalid, "tp = 3");
-  auto big_node = dcp::devices::h200();
+  auto big_node = dcp::devices::h200_analytic();
   big_node.gpus_per_node = 16;
   EXPECT_DCP_ERROR((void)dcp::make_analytic_cost(
                        llama, big_node, {.gpus = 128, .gpus_per_node = 16, .tp = 16, .sharding = sharding_kind::zero3}),

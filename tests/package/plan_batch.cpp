@@ -7,7 +7,8 @@
 #include <dcp/dcp.hpp>
 
 int main() {
-  const dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const dcp::analytic_cost cost =
+      dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(0, 1, 144),      // an image
                                          dcp::make_sequence(1, 1, 144),      // another
                                          dcp::make_sequence(2, 13, 3600),    // 480p, 49 frames

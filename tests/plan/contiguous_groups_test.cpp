@@ -37,7 +37,7 @@ namespace {
 bool power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 dcp::analytic_cost job(const dcp::transformer_spec& model, int gpus, int per_node = 8) {
-  dcp::device_spec d = dcp::devices::h200();
+  dcp::device_spec d = dcp::devices::h200_analytic();
   d.gpus_per_node = per_node;
   return dcp::make_analytic_cost(model, d, gpus);
 }

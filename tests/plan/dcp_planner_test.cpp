@@ -55,7 +55,7 @@ int random_gpus(rng& g) {
 dcp::analytic_cost random_cost(rng& g) {
   for (;;) {
     const auto& m = model_at(g.between(0, 2));
-    const auto d = g.between(0, 1) ? dcp::devices::h200() : dcp::devices::h100();
+    const auto d = g.between(0, 1) ? dcp::devices::h200_analytic() : dcp::devices::h100_analytic();
     const int n = random_gpus(g);
     dcp::analytic_cost c{m, d, n};
     if (c.static_memory() < c.capacity()) return dcp::make_analytic_cost(m, d, n);
@@ -206,7 +206,7 @@ TEST(DcpPlanner, SameBatchInAnyOrderGivesTheSamePlan) {
 }
 
 TEST(DcpPlanner, HashTellsDifferentPlansApart) {
-  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 16);
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 16);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 40000),
                                          dcp::make_sequence(3, 5000)};
   const auto p = dcp::dcp_planner{}.plan(c, batch);
@@ -235,7 +235,7 @@ TEST(DcpPlanner, OtherRecomputePoliciesKeepTheLaws) {
 }
 
 TEST(DcpPlanner, OneGpuAndOneSequence) {
-  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 1);
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 1);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(5, 2000)};
   const auto p = dcp::dcp_planner{}.plan(c, batch);
   ASSERT_EQ(p.steps.size(), 1u);
@@ -250,7 +250,7 @@ TEST(DcpPlanner, OneGpuAndOneSequence) {
 // plan_violations checks each loss weight, not only their sum: moving weight between two
 // sequences of different lengths keeps the sum at 1 and must still be reported.
 TEST(PlanViolations, EveryLossWeightFollowsTheNormalisation) {
-  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 8);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 9000),
                                          dcp::make_sequence(3, 30000)};
   for (auto norm : {dcp::loss_normalization::token_mean, dcp::loss_normalization::sample_mean}) {
@@ -276,7 +276,7 @@ TEST(PlanViolations, EveryLossWeightFollowsTheNormalisation) {
 
 // llama3-8b on 8 H200: sp <= 8, so a sequence of 10M tokens fits nowhere.
 TEST(DcpPlanner, InfeasibleSequenceIsAnErrorNamingIdAndLargestLength) {
-  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 8);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 4096), dcp::make_sequence(31337, 10'000'000),
                                          dcp::make_sequence(3, 100)};
   EXPECT_DCP_ERROR((void)dcp::dcp_planner{}.plan(c, batch), dcp::errc::infeasible, "sequence 31337",
@@ -310,7 +310,7 @@ TEST(DcpPlanner, InfeasibleSequenceIsSkippedOnRequestAndTheRestPlanned) {
 }
 
 TEST(DcpPlanner, OnlyInfeasibleSequencesUnderSkipGiveAnEmptyPlan) {
-  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 8);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(7, 50'000'000)};
   dcp::dcp_planner planner;
   planner.on_infeasible = dcp::infeasible_policy::skip;
@@ -327,7 +327,7 @@ TEST(DcpPlanner, OnlyInfeasibleSequencesUnderSkipGiveAnEmptyPlan) {
 TEST(DcpPlanner, LargestFeasibleLengthIsExact) {
   for (const auto& m : {dcp::models::cogvideox_5b(), dcp::models::stdit3_xl(), dcp::models::llama3_8b()}) {
     for (int n : {8, 16, 24, 64}) {
-      const auto c = dcp::make_analytic_cost(m, dcp::devices::h200(), n);
+      const auto c = dcp::make_analytic_cost(m, dcp::devices::h200_analytic(), n);
       const std::int64_t largest = dcp::largest_feasible_tokens(c);
       ASSERT_GT(largest, m.text_tokens) << c;
       const auto fits = dcp::make_sequence(1, largest - m.text_tokens);
@@ -344,13 +344,13 @@ TEST(DcpPlanner, LargestFeasibleLengthIsExact) {
 // --- bad input -------------------------------------------------------------------------------------------
 
 TEST(DcpPlanner, EmptyBatchIsAnError) {
-  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   EXPECT_DCP_ERROR((void)dcp::dcp_planner{}.plan(c, std::vector<dcp::sequence>{}), dcp::errc::invalid_argument,
                    "empty batch");
 }
 
 TEST(DcpPlanner, DuplicateIdsAreAnErrorNamingTheId) {
-  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(4, 100), dcp::make_sequence(9, 200),
                                          dcp::make_sequence(4, 300)};
   for (auto policy : {dcp::infeasible_policy::error, dcp::infeasible_policy::skip}) {
@@ -361,7 +361,7 @@ TEST(DcpPlanner, DuplicateIdsAreAnErrorNamingTheId) {
 }
 
 TEST(DcpPlanner, BadShapesAreAnErrorEvenUnderSkip) {
-  const auto c = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 8);
   const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 10, 100), dcp::make_sequence(2, 0, 100)};
   dcp::dcp_planner planner;
   planner.on_infeasible = dcp::infeasible_policy::skip;  // skipping is for sequences too long, not malformed
@@ -374,7 +374,7 @@ TEST(DcpPlanner, BadShapesAreAnErrorEvenUnderSkip) {
 TEST(DcpPlanner, InvalidGpuCountsAreInvalidArguments) {
   const std::vector<dcp::sequence> batch{dcp::make_sequence(1, 1000), dcp::make_sequence(2, 5000)};
   for (int n : {0, -8, 12}) {
-    const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h200(), n};
+    const dcp::analytic_cost c{dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), n};
     EXPECT_DCP_ERROR((void)dcp::dcp_planner{}.plan(c, batch), dcp::errc::invalid_argument,
                      "gpus = " + std::to_string(n));
   }
@@ -403,7 +403,7 @@ TEST(DcpPlanner, RegularValueWithNamesForTheAblations) {
 // Skipped sequences and the lower bound must not depend on the order a rank received the batch
 // in, for every planner: ranks compare plan hashes.
 TEST(Planners, SkippedSequencesAndBoundsAreOrderIndependent) {
-  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   std::vector<dcp::sequence> batch;
   for (std::int64_t i = 0; i < 40; ++i)
     batch.push_back(i % 7 == 3 ? dcp::make_sequence(i, 90'000'000) : dcp::make_sequence(i, 300 + 977 * i));

@@ -90,7 +90,7 @@ struct sliding_groups {
 
 // 16 GPUs in nodes of 4: long sequences want groups wider than a node.
 dcp::analytic_cost job(int gpus, int per_node) {
-  dcp::device_spec d = dcp::devices::h200();
+  dcp::device_spec d = dcp::devices::h200_analytic();
   d.gpus_per_node = per_node;
   return dcp::make_analytic_cost(dcp::models::llama3_8b(), d, gpus);
 }
@@ -277,7 +277,7 @@ TEST(group_manager, buddy_context_gives_the_plans_of_the_cost_only_call) {
 // step inside a node's 2 units; a manager of GPUs instead of units is refused.
 TEST(group_manager, managers_lay_out_tp_units) {
   dcp_test::rng r(23);
-  dcp::device_spec d = dcp::devices::h200();
+  dcp::device_spec d = dcp::devices::h200_analytic();
   d.gpus_per_node = 4;
   const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), d, {.gpus = 16, .gpus_per_node = 4, .tp = 2});
   ASSERT_EQ(c.gpus(), 8);

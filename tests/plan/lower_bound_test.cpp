@@ -44,7 +44,7 @@ dcp::analytic_cost random_cost(random_source& r) {
   static const std::array models{dcp::models::cogvideox_5b(), dcp::models::stdit3_xl(), dcp::models::llama3_8b()};
   static const std::array gpus{1, 2, 4, 8, 16, 24, 32, 40, 64, 72, 128, 256};
   const auto& m = models[static_cast<std::size_t>(r.between(0, 2))];
-  const auto d = r.between(0, 1) ? dcp::devices::h200() : dcp::devices::h100();
+  const auto d = r.between(0, 1) ? dcp::devices::h200_analytic() : dcp::devices::h100_analytic();
   for (;;) {
     const int n = gpus[static_cast<std::size_t>(r.between(0, gpus.size() - 1))];
     const dcp::analytic_cost c{m, d, n};
@@ -176,7 +176,7 @@ TEST(LowerBounds, SweepAgreesWithBisectionOnTheDefinition) {
 // one's fastest (widest, costliest) option and the short ones' work apart; the joint bound knows
 // the long one cannot be both fast and cheap.
 TEST(LowerBounds, JointIsTighterWhenTheLongestMustGoWide) {
-  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(), 16);
+  const auto c = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200_analytic(), 16);
   std::vector<dcp::sequence> batch{dcp::make_sequence(0, 200'000)};
   for (std::int64_t i = 1; i <= 40; ++i) batch.push_back(dcp::make_sequence(i, 2048));
   const auto b = dcp::lower_bounds(c, batch);
@@ -186,7 +186,7 @@ TEST(LowerBounds, JointIsTighterWhenTheLongestMustGoWide) {
 }
 
 TEST(LowerBounds, OrderIndependentAndZeroForNothingFeasible) {
-  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 8);
+  const auto c = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
   std::vector<dcp::sequence> batch;
   for (std::int64_t i = 0; i < 30; ++i) batch.push_back(dcp::make_sequence(i, 500 + 3001 * i));
   const auto a = dcp::lower_bounds(c, batch);

@@ -41,14 +41,15 @@
 namespace {
 
 dcp::analytic_cost on_cluster(const dcp::transformer_spec& model, const std::vector<dcp::device_spec>& nodes) {
-  const dcp::device_spec reference = dcp::devices::h200();
+  const dcp::device_spec reference = dcp::devices::h200_analytic();
   dcp::parallel_layout l{.gpus = static_cast<int>(nodes.size()) * 8, .gpus_per_node = 8};
   l.nodes = dcp::node_devices(nodes, reference);
   return dcp::make_analytic_cost(model, reference, l);
 }
 
 std::vector<dcp::device_spec> random_cluster(dcp_test::rng& r) {
-  const std::vector<dcp::device_spec> kinds{dcp::devices::h100(), dcp::devices::h200(), dcp::devices::a100()};
+  const std::vector<dcp::device_spec> kinds{dcp::devices::h100_analytic(), dcp::devices::h200_analytic(),
+                                            dcp::devices::a100()};
   std::vector<dcp::device_spec> out;
   const int count = static_cast<int>(r.between(2, 6));
   for (int i = 0; i < count; ++i) out.push_back(kinds[static_cast<std::size_t>(r.between(0, 2))]);
@@ -138,7 +139,7 @@ TEST(mixed_cluster, every_planner_plans_within_each_blocks_own_capacity) {
 // than planning as if every node were an H100 (the blind plan is valid there, at one speed).
 TEST(mixed_cluster, knowing_the_memory_is_never_slower_than_the_weakest_node) {
   dcp_test::rng r(2302);
-  const auto c = on_cluster(dcp::models::cogvideox_5b(), dcp::devices::cluster("h100x2,h200x2"));
+  const auto c = on_cluster(dcp::models::cogvideox_5b(), dcp::devices::cluster("h100-analyticx2,h200-analyticx2"));
   const auto blind = c.as_uniform(c.layout().as_weakest().nodes.front());
   const dcp::contiguous_groups groups{c.gpus(), c.gpus_per_node()};
   const dcp::planning_context ctx{c, dcp::selective_recompute{}, groups};
@@ -158,7 +159,7 @@ TEST(mixed_cluster, knowing_the_memory_is_never_slower_than_the_weakest_node) {
 
 // A100 and H200 nodes: the A100's steps last time / (312 / 989); dcp puts fewer sequences there.
 TEST(mixed_cluster, slow_nodes_get_less_work) {
-  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200x1"));
+  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200-analyticx1"));
   EXPECT_NEAR(c.layout().speed_of({0, 1}), 312.0 / 989.0, 1e-12);
   EXPECT_EQ(c.layout().speed_of({0, 16}), c.layout().speed_of({0, 1}));  // a gang step: its slowest member
   EXPECT_EQ(c.layout().speed_of({8, 8}), 1.0);
@@ -178,7 +179,7 @@ TEST(mixed_cluster, slow_nodes_get_less_work) {
 // (an A100 would take 989 / 312 as long), so they never set the makespan from an A100.
 TEST(mixed_cluster, the_longest_single_gpu_sequences_run_where_they_end_first) {
   dcp_test::rng r(2305);
-  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200x1"));
+  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200-analyticx1"));
   const dcp::planning_context ctx{c, dcp::selective_recompute{}, dcp::contiguous_groups{16, 8}};
   for (int trial = 0; trial < 6; ++trial) {
     std::vector<dcp::sequence> batch;
@@ -200,7 +201,7 @@ TEST(mixed_cluster, the_longest_single_gpu_sequences_run_where_they_end_first) {
 // The executor charges every GPU against its own capacity: a plan made as if every node were an
 // H200 runs out of memory on the H100 nodes, and only there.
 TEST(mixed_cluster, the_executor_charges_each_gpu_against_its_own_capacity) {
-  const auto c = on_cluster(dcp::models::cogvideox_5b(), dcp::devices::cluster("h100x1,h200x1"));
+  const auto c = on_cluster(dcp::models::cogvideox_5b(), dcp::devices::cluster("h100-analyticx1,h200-analyticx1"));
   const auto as_h200 = c.as_uniform(c.layout().nodes.back());
   std::vector<dcp::sequence> batch;
   for (std::int64_t i = 0; i < 64; ++i) batch.push_back(dcp::make_sequence(i, 30000 + 1000 * i));
@@ -224,7 +225,7 @@ TEST(mixed_cluster, the_executor_charges_each_gpu_against_its_own_capacity) {
 
 // Plan JSON keeps the nodes, and a plan read back replays on the same cluster's layout.
 TEST(mixed_cluster, plan_json_records_the_nodes) {
-  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h100x1,h200x1"));
+  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h100-analyticx1,h200-analyticx1"));
   std::vector<dcp::sequence> batch;
   for (std::int64_t i = 0; i < 40; ++i) batch.push_back(dcp::make_sequence(i, 1000 + 3000 * i));
   const dcp::plan p = dcp::dcp_planner{}.plan(
@@ -245,13 +246,13 @@ TEST(mixed_cluster, the_scheduler_plans_on_the_options_cluster) {
   for (std::int64_t i = 0; i < 48; ++i) batch.push_back(dcp::make_sequence(i, 4000 + 9000 * (i % 7)));
   std::vector<std::uint64_t> hashes(16);
   dcp::scheduler_options options;
-  options.cluster = dcp::devices::cluster("a100x1,h200x1");
+  options.cluster = dcp::devices::cluster("a100x1,h200-analyticx1");
   dcp::local_world::run(
       16,
       [&](dcp::local_comm& world) {
         dcp::scheduler sched(dcp::models::llama3_8b(), world, options);
         const auto& cost = sched.cost();
-        EXPECT_EQ(cost.layout().cluster_name(), "a100x1,h200x1");
+        EXPECT_EQ(cost.layout().cluster_name(), "a100x1,h200-analyticx1");
         const dcp::plan p = sched.plan(batch);
         sched.verify(p);
         EXPECT_TRUE(dcp::plan_violations(p, batch, cost).empty());
@@ -267,7 +268,7 @@ TEST(mixed_cluster, the_scheduler_plans_on_the_options_cluster) {
 // a straggler (every plan's speeds stay the nodes'), no step runs out of its GPUs' memory, and
 // the calibrated plans reach the oracle's throughput over the second half.
 TEST(mixed_cluster, calibration_fits_one_clock_and_takes_no_node_for_a_straggler) {
-  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200x1"));
+  const auto c = on_cluster(dcp::models::llama3_8b(), dcp::devices::cluster("a100x1,h200-analyticx1"));
   auto data = dcp::workloads::make("text-longtail", 7);
   data.resize(3000);
   const auto batches = dcp::epoch_batches(c, data, 1 << 21, 7);
@@ -297,15 +298,15 @@ TEST(mixed_cluster, bad_layouts_names_and_files_are_errors_naming_the_value) {
   std::stringstream unknown(R"({"format": "dcp.cluster/v1", "nodes": [{"device": "h100", "count": 2, "hbm": 1}]})");
   EXPECT_DCP_ERROR(dcp::read_cluster_json(unknown), dcp::errc::parse_error, "unknown key \"hbm\"");
   std::stringstream degraded(
-      R"({"format": "dcp.cluster/v1", "nodes": [{"device": "h200", "count": 1, "mem_bytes": 1.0e11}, {"device": "h200"}]})");
+      R"({"format": "dcp.cluster/v1", "nodes": [{"device": "h200-analytic", "count": 1, "mem_bytes": 1.0e11}, {"device": "h200-analytic"}]})");
   const auto nodes = dcp::read_cluster_json(degraded);
   ASSERT_EQ(nodes.size(), 2u);
   EXPECT_EQ(nodes[0].mem_bytes, 1.0e11);
-  EXPECT_EQ(nodes[1], dcp::devices::h200());
+  EXPECT_EQ(nodes[1], dcp::devices::h200_analytic());
   const auto c = on_cluster(dcp::models::llama3_8b(), nodes);
   EXPECT_EQ(c.capacity(), 1.0e11 * 0.9);
-  EXPECT_EQ(c.capacity_of({8, 8}), dcp::devices::h200().capacity());
-  EXPECT_EQ(c.layout().cluster_name(), "h200x1,h200x1");
+  EXPECT_EQ(c.capacity_of({8, 8}), dcp::devices::h200_analytic().capacity());
+  EXPECT_EQ(c.layout().cluster_name(), "h200-analyticx1,h200-analyticx1");
 }
 
 }  // namespace

@@ -140,7 +140,7 @@ TEST(PipelineSchedule, OrdersThatWaitOnEachOtherAreNamedAndFlushed) {
 }
 
 dcp::analytic_cost piped(const dcp::transformer_spec& model, int gpus, int tp, int pp) {
-  return dcp::make_analytic_cost(model, dcp::devices::h200(),
+  return dcp::make_analytic_cost(model, dcp::devices::h200_analytic(),
                                  dcp::parallel_layout{.gpus = gpus, .gpus_per_node = 8, .tp = tp, .pp = pp});
 }
 
@@ -218,7 +218,7 @@ TEST(PipelineModel, StagesSplitTheBlocksAndTheLayoutIsChecked) {
   EXPECT_TRUE(dcp_test::throws_dcp_error("whole model",
                                          [&] {
                                            dcp::analytic_cost c{
-                                               whole, dcp::devices::h200(),
+                                               whole, dcp::devices::h200_analytic(),
                                                dcp::parallel_layout{.gpus = 16, .gpus_per_node = 8, .pp = 2}};
                                            c.validate();
                                          },

@@ -160,8 +160,9 @@ std::uint64_t bounds_bits(double joint, double simple) {
 TEST(PlanHash, EveryEmbeddedWorkloadPlansAsRecorded) {
   int checked = 0;
   for (const recorded& r : table) {
-    const auto cost = dcp::make_analytic_cost(dcp::models::preset(std::string(dcp::workloads::default_model(r.workload))),
-                                              dcp::devices::h200(), r.gpus);
+    const auto cost =
+        dcp::make_analytic_cost(dcp::models::preset(std::string(dcp::workloads::default_model(r.workload))),
+                                dcp::devices::h200_analytic(), r.gpus);
     const auto batch = batch_of(r.workload, r.sequences);
     dcp::dcp_planner planner;
     planner.inter = r.variant != 1;
@@ -184,8 +185,9 @@ TEST(PlanHash, EveryEmbeddedWorkloadPlansAsRecorded) {
 TEST(PlanHash, SharedShapeBoundsEqualPerSequenceBounds) {
   for (auto workload : dcp::workloads::names)
     for (int gpus : {16, 128}) {
-      const auto cost = dcp::make_analytic_cost(dcp::models::preset(std::string(dcp::workloads::default_model(workload))),
-                                                dcp::devices::h200(), gpus);
+      const auto cost =
+          dcp::make_analytic_cost(dcp::models::preset(std::string(dcp::workloads::default_model(workload))),
+                                  dcp::devices::h200_analytic(), gpus);
       const auto batch = batch_of(workload, 12 * gpus);
       const dcp::plan p = dcp::dcp_planner{}.plan(cost, std::span<const dcp::sequence>(batch));
       const auto direct = dcp::lower_bounds(cost, std::span<const dcp::sequence>(batch));

@@ -42,7 +42,8 @@ dcp::analytic_cost random_cost(rng& g, dcp::sharding_kind sharding) {
   for (;;) {
     const std::size_t m = static_cast<std::size_t>(g.between(0, 3));
     const dcp::parallel_layout layout{.gpus = 8 << g.between(0, 4), .tp = m == 3 ? 8 : 1, .sharding = sharding};
-    const dcp::analytic_cost c{models[m], g.between(0, 1) ? dcp::devices::h200() : dcp::devices::h100(), layout};
+    const dcp::analytic_cost c{models[m],
+                               g.between(0, 1) ? dcp::devices::h200_analytic() : dcp::devices::h100_analytic(), layout};
     if (c.static_memory() < c.capacity()) return dcp::make_analytic_cost(c.model, c.device, layout);
   }
 }

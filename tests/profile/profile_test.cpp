@@ -139,7 +139,7 @@ TEST(profiled_cost, rejects_another_model_device_or_world) {
 }
 
 TEST(profiled_cost, scheduler_plans_with_a_given_profiled_cost) {
-  dcp::device_spec d = dcp::devices::h200();
+  dcp::device_spec d = dcp::devices::h200_analytic();
   d.name = "dev";
   d.gpus_per_node = 4;
   dcp::local_world::run(4, [&](dcp::local_comm& world) {

@@ -76,7 +76,7 @@ std::vector<std::string> check_parallel_groups(Comm& world, const layout_case& c
     for (int x : v) s += std::to_string(x) + " ";
     return s + "]";
   };
-  dcp::device_spec dev = dcp::devices::h200();
+  dcp::device_spec dev = dcp::devices::h200_analytic();
   dev.gpus_per_node = c.gpus_per_node;
   const auto model = tiny_moe();
   const auto cost = dcp::make_analytic_cost(model, dev, {.gpus = c.gpus, .gpus_per_node = dev.gpus_per_node, .tp = c.tp, .ep = c.ep});

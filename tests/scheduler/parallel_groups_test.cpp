@@ -56,7 +56,7 @@ TEST(parallel_groups, a_tp_plan_runs_on_every_gpu_of_its_units) {
   std::vector<int> steps_run(8, 0);
   std::vector<std::size_t> expected(8, 0);
   dcp::local_world::run(8, [&](dcp::local_comm& world) {
-    dcp::device_spec dev = dcp::devices::h200();
+    dcp::device_spec dev = dcp::devices::h200_analytic();
     dcp::scheduler_options opt;
     opt.device = dev;
     const auto model = dcp_test::tiny_moe();
@@ -86,7 +86,7 @@ TEST(parallel_groups, a_tp_plan_runs_on_every_gpu_of_its_units) {
 
 TEST(parallel_groups, ep_is_fixed_for_the_run_and_a_plan_of_another_tp_is_refused) {
   dcp::local_world::run(4, [](dcp::local_comm& world) {
-    dcp::device_spec dev = dcp::devices::h200();
+    dcp::device_spec dev = dcp::devices::h200_analytic();
     dev.gpus_per_node = 4;
     dcp::scheduler_options opt;
     opt.device = dev;

@@ -275,7 +275,7 @@ TEST(scheduler_options, memory_capacity_takes_effect) {
         dcp::scheduler_options tight_opt;
         tight_opt.memory_capacity_bytes = 80e9;
         sched_t tight(dcp::models::cogvideox_5b(), world, tight_opt);
-        EXPECT_DOUBLE_EQ(roomy.cost().capacity(), 141e9 * 0.9);
+        EXPECT_DOUBLE_EQ(roomy.cost().capacity(), dcp::devices::h200().capacity());  // less the reserved bytes
         EXPECT_DOUBLE_EQ(tight.cost().capacity(), 80e9);
         const dcp::plan pr = roomy.plan(batch), pt = tight.plan(batch);
         EXPECT_DOUBLE_EQ(pt.memory_capacity_bytes, 80e9);
@@ -298,7 +298,7 @@ TEST(scheduler_policies, the_bundle_cost_value_is_the_cost_planned_with) {
         sched_t built(dcp::models::cogvideox_5b(), world);
         EXPECT_EQ(built.policies().cost, built.cost());
         dcp::default_policies bundle;
-        bundle.cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h100(), 8);
+        bundle.cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h100_analytic(), 8);
         sched_t given(dcp::models::cogvideox_5b(), world, {}, bundle);
         EXPECT_EQ(given.cost(), bundle.cost);
         EXPECT_EQ(given.policies().cost, bundle.cost);
@@ -309,7 +309,7 @@ TEST(scheduler_policies, the_bundle_cost_value_is_the_cost_planned_with) {
         const std::string printed = os.str(), cost = one.str();
         ASSERT_NE(printed.find(cost), std::string::npos) << printed;
         EXPECT_EQ(printed.find(cost, printed.find(cost) + 1), std::string::npos) << "cost printed twice: " << printed;
-        bundle.cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h100(), 16);
+        bundle.cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h100_analytic(), 16);
         EXPECT_DCP_ERROR((void)sched_t(dcp::models::cogvideox_5b(), world, {}, bundle), dcp::errc::mismatch, "16 GPUs");
       },
       world_options);
@@ -451,9 +451,9 @@ TEST(scheduler_errors, a_null_world_or_a_plan_for_another_world_is_rejected) {
       2,
       [&](dcp::local_comm& world) {
         sched_t sched(dcp::models::cogvideox_5b(), world);
-        const dcp::plan other =
-            dcp::dcp_planner{}.plan(dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 4), batch,
-                                    dcp::selective_recompute{});
+        const dcp::plan other = dcp::dcp_planner{}.plan(
+            dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 4), batch,
+            dcp::selective_recompute{});
         EXPECT_DCP_ERROR((void)sched.steps_for(other), dcp::errc::mismatch, "4 GPUs");
       },
       world_options);

@@ -44,7 +44,7 @@ using batch_list = std::vector<std::vector<sequence>>;
 // 600 sequences of opensora-zipf50 (video shapes) on 8 GPUs, cut at 131072 tokens per batch.
 struct video_run {
   static constexpr std::uint64_t seed = 7;
-  dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 8);
+  dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 8);
   dcp::dataset data;
   video_run() {
     std::cout << "[     SEED ] " << seed << '\n';
@@ -169,7 +169,7 @@ TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
     edit(j);
     return from_text(j.dump());
   };
-  const auto bigger = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 16);
+  const auto bigger = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 16);
   EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", bigger, all, job), dcp::errc::mismatch,
                    "plan file 'f.json': made for 8 GPUs, this run has 16", "--gpus 8");
   EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", run.cost, all, {"llama3-8b", "h200"}),
@@ -208,7 +208,7 @@ TEST(Replay, APlanFileRecordsItsFrozenNetworksAndTheRunUsesThem) {
   // The trained model's name and device, then every constant of every network, bit for bit.
   const json j = json::parse(text);
   EXPECT_EQ(j["model"]["name"], "stdit3-xl");
-  EXPECT_EQ(j["device"]["name"], "h200");
+  EXPECT_EQ(j["device"]["name"], "h200-analytic");
   ASSERT_TRUE(j.contains("frozen"));
   EXPECT_EQ(j["frozen"].size(), 2u);
   const auto doc = from_text(text, "frozen.json");

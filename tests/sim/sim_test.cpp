@@ -88,7 +88,7 @@ TEST(SimMetrics, MatchHandComputedValues) {
 }
 
 struct small_run {
-  dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200(), 8);
+  dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 8);
   dcp::dataset data;
   std::vector<std::vector<sequence>> batches;
   small_run() {
@@ -177,7 +177,7 @@ TEST(PlanJson, HasExactlyTheDesignFieldsAndEverySequenceOnce) {
   EXPECT_EQ(doc["model"]["name"], "stdit3-xl");
   EXPECT_EQ(doc["model"]["blocks"], 56);
   EXPECT_EQ(doc["model"]["attention"], "factorized_2d");
-  EXPECT_EQ(doc["device"]["name"], "h200");
+  EXPECT_EQ(doc["device"]["name"], "h200-analytic");
   EXPECT_DOUBLE_EQ(doc["device"]["peak"].get<double>(), 989e12);
 
   std::map<std::int64_t, const sequence*> by_id;
@@ -214,7 +214,7 @@ TEST(PlanJson, HasExactlyTheDesignFieldsAndEverySequenceOnce) {
 
 TEST(PlanJson, ListsSkippedSequencesOnlyWhenThereAreSome) {
   const auto plans = tiny_plans();
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 2);
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 2);
   const json doc = dcp::sim::plan_json(cost, std::span<const dcp::plan>(plans));
   EXPECT_FALSE(doc["batches"][0].contains("skipped"));
   ASSERT_TRUE(doc["batches"][1].contains("skipped"));
@@ -227,7 +227,7 @@ TEST(PlanJson, ListsSkippedSequencesOnlyWhenThereAreSome) {
 // plan, its JSON, trace and SVG, and its Ulysses x Ring steps' u x r; it reads back equal; a
 // dcp.plan/v1 file (no "tp") reads as tp = 1; a v2 file needs a power-of-two tp.
 TEST(PlanJson, RecordsTpAndUlyssesTimesRingAndReadsV1) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200(),
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_70b(), dcp::devices::h200_analytic(),
                                             {.gpus = 128, .tp = 8, .sharding = dcp::sharding_kind::zero3, .ring = 2});
   const std::vector<dcp::sequence> batch = {dcp::make_sequence(1, 600000), dcp::make_sequence(2, 9000),
                                             dcp::make_sequence(3, 2000)};
@@ -373,7 +373,7 @@ std::size_t count(const std::string& text, const std::string& what) {
 }
 
 TEST(Svg, HasOneLanePerGpuAndOneBoxPerStep) {
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(), 24);
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 24);
   auto data = dcp::workloads::make("cogvideox-zipf50", 2);
   data.resize(800);
   const auto batches = dcp::epoch_batches(cost, data, 0, 2);
@@ -413,7 +413,7 @@ TEST(Svg, HasOneLanePerGpuAndOneBoxPerStep) {
 // on stage s.
 TEST(StageLanes, EveryStagesForwardsAndBackwardsOnTheirOwnTracks) {
   const int stages = 2, gpus = 16;
-  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200(),
+  const auto cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(),
                                             dcp::parallel_layout{.gpus = gpus, .gpus_per_node = 8, .pp = stages});
   auto data = dcp::workloads::make("cogvideox-zipf50", 3);
   data.resize(400);

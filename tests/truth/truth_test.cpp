@@ -97,7 +97,7 @@ TEST(TruthSpec, BadSpecsNameTheEntryAndTheFix) {
 // --- scaled analytic model --------------------------------------------------------------------
 
 dcp::analytic_cost cost_of(const char* model, int gpus) {
-  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), gpus);
+  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200_analytic(), gpus);
 }
 
 TEST(ScaledCost, UnitScalesAreBitIdenticalToTheAnalyticModel) {
@@ -112,7 +112,7 @@ TEST(ScaledCost, UnitScalesAreBitIdenticalToTheAnalyticModel) {
     for (const layout& v : {layout{1, 1, dcp::sharding_kind::zero1}, layout{2, 1, dcp::sharding_kind::zero3},
                             layout{1, 4, dcp::sharding_kind::replicated}, layout{4, 2, dcp::sharding_kind::zero1}}) {
       const dcp::analytic_cost base{dcp::models::preset(model),
-                                    dcp::devices::h200(),
+                                    dcp::devices::h200_analytic(),
                                     {.gpus = 128, .tp = v.tp, .ep = v.ep, .sharding = v.sharding}};
       // A filter, not an expectation: skip a layout this model cannot take (experts on a dense model, ...).
       try {
@@ -188,7 +188,7 @@ TEST(ScaledCost, EveryStepLastsAtLeastTheScaledFloor) {
                        job{"wan2.1-14b", 64, {.sharding = dcp::sharding_kind::zero1}}}) {
     dcp::parallel_layout layout = j.layout;
     layout.gpus = j.gpus;
-    const auto base = dcp::make_analytic_cost(dcp::models::preset(j.model), dcp::devices::h200(), layout);
+    const auto base = dcp::make_analytic_cost(dcp::models::preset(j.model), dcp::devices::h200_analytic(), layout);
     for (int trial = 0; trial < 8; ++trial) {
       const dcp::scaled_analytic_cost c{base, {factor(), factor(), factor(), factor(), factor(), factor()}};
       SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << c);

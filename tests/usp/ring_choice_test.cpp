@@ -30,7 +30,7 @@ using dcp::analytic_cost;
 using dcp::sharding_kind;
 
 analytic_cost make(const std::string& model, int gpus, int tp, int ring, sharding_kind sharding = sharding_kind::zero1) {
-  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(),
+  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200_analytic(),
                                  {.gpus = gpus, .tp = tp, .sharding = sharding, .ring = ring});
 }
 
@@ -189,7 +189,7 @@ TEST(RingChoice, ZeroThreeBoundsStayBelowEveryPlanner) {
   dcp::xoshiro256ss g(seed);
   // A slow network (1 GB/s across nodes) on two nodes: there the weight gathers, not compute,
   // set the time of a full step, so the share binds on a batch of 1.5 x_max tokens per unit.
-  auto slow = dcp::devices::h200();
+  auto slow = dcp::devices::h200_analytic();
   slow.bw_inter = 1e9;
   const auto gather_bound =
       dcp::make_analytic_cost(dcp::models::preset("llama3-8b"), slow, {.gpus = 16, .sharding = sharding_kind::zero3});

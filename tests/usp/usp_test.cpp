@@ -36,7 +36,8 @@ using dcp::analytic_cost;
 using dcp::sharding_kind;
 
 analytic_cost make(const std::string& model, int gpus, int tp, int ring) {
-  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200(), {.gpus = gpus, .tp = tp, .ring = ring});
+  return dcp::make_analytic_cost(dcp::models::preset(model), dcp::devices::h200_analytic(),
+                                 {.gpus = gpus, .tp = tp, .ring = ring});
 }
 
 // Section 4.3 transcribed from the text, independently of analytic_cost::time (zero1, ep = 1).

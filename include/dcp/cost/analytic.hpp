@@ -25,12 +25,26 @@ struct analytic_load {
   /// A_ring: the part of A whose K/V a Ulysses x Ring step passes around its ring (DESIGN 4.3):
   /// self-attention (1D), the temporal blocks' (2D); cross-attention to text stays local.
   double ring_attention = 0;
+  /// On a kernel clock (DESIGN 4.6), W_f and W_b: the attention's forward and backward FLOPs each
+  /// divided by its kernel's efficiency on its sequence (peak-FLOP equivalents); 0 otherwise.
+  double attention_forward_work = 0;
+  double attention_backward_work = 0;
 
   friend constexpr analytic_load operator+(analytic_load a, const analytic_load& b) noexcept {
-    return {a.sequences + b.sequences, a.tokens + b.tokens, a.attention + b.attention, a.ring_attention + b.ring_attention};
+    return {a.sequences + b.sequences,
+            a.tokens + b.tokens,
+            a.attention + b.attention,
+            a.ring_attention + b.ring_attention,
+            a.attention_forward_work + b.attention_forward_work,
+            a.attention_backward_work + b.attention_backward_work};
   }
   friend constexpr analytic_load operator-(analytic_load a, const analytic_load& b) noexcept {
-    return {a.sequences - b.sequences, a.tokens - b.tokens, a.attention - b.attention, a.ring_attention - b.ring_attention};
+    return {a.sequences - b.sequences,
+            a.tokens - b.tokens,
+            a.attention - b.attention,
+            a.ring_attention - b.ring_attention,
+            a.attention_forward_work - b.attention_forward_work,
+            a.attention_backward_work - b.attention_backward_work};
   }
   friend constexpr bool operator==(const analytic_load&, const analytic_load&) = default;
 };
@@ -116,7 +130,7 @@ struct analytic_cost {
   /// True for the dense, data x sequence parallel, zero1 model of DESIGN section 4 (before 4.1).
   bool is_classic() const noexcept {
     return has_fitted_form() && model.kv_heads == 0 && model.head_dim == 0 && model.vocab == 0 && model.window == 0 &&
-           model.value_dim == 0 && model.q_rank == 0 && model.kv_rank == 0;
+           model.value_dim == 0 && model.q_rank == 0 && model.kv_rank == 0 && !device.kernel.enabled();
   }
   /// True where `fitted_cost` mirrors this model: data x sequence parallel (tp = ep = ring = pp = 1),
   /// zero1, self-attention only and a dense MLP; GQA, decoupled head and value widths, latent
@@ -162,27 +176,48 @@ struct analytic_cost {
     // p = 2 (q + o) = 4 h for today's models (section 4.1), so they price exactly as before.
     const double L = model.blocks, p = model.pair_flops();
     const double n = static_cast<double>(tokens_of(s));
-    double a = 0, ring_a = 0;
+    load_type out{1, n, 0, 0};
+    // Each part of the attention with the keys its queries see on average (DESIGN 4.6).
+    auto part = [&](double flops, double keys, bool rings, bool causal) {
+      out.attention += flops;
+      if (rings) out.ring_attention += flops;
+      if (!device.kernel.enabled() || flops == 0) return;
+      const kernel_clock& kc = device.kernel;
+      const double d = model.head_width();
+      out.attention_forward_work += flops / kc.efficiency(false, keys, d, causal);
+      out.attention_backward_work += kernel_clock::backward_flops * flops / kc.efficiency(true, keys, d, causal);
+    };
     switch (model.attention) {
-      case attention_kind::full: a = ring_a = L * p * n * n; break;
+      case attention_kind::full: part(L * p * n * n, n, true, false); break;
       case attention_kind::causal: {
-        const double windowed = model.window_blocks();
-        a = ring_a = (L - windowed) * p / 2 * n * n + windowed * p * model.windowed_pairs(n);
+        const double windowed = model.window_blocks(), pairs = model.windowed_pairs(n);
+        part((L - windowed) * p / 2 * n * n, n / 2, true, true);
+        part(windowed * p * pairs, pairs / n, true, true);
         break;
       }
       case attention_kind::factorized_2d: {
         const double t = static_cast<double>(s.frames), sz = static_cast<double>(s.spatial);
-        ring_a = (L / 2) * p * sz * t * t;  // temporal: a ring splits the frames
-        a = (L / 2) * p * t * sz * sz + ring_a;
+        part((L / 2) * p * t * sz * sz, sz, false, false);
+        part((L / 2) * p * sz * t * t, t, true, false);  // temporal: a ring splits the frames
         break;
       }
     }
     if (model.cross_attention_tokens > 0) {
+      // Scores and values against the c text keys, and the text's K/V projections (GEMMs of c
+      // rows: on a kernel clock at their GEMM efficiency, forward once and backward twice).
       const double c = static_cast<double>(model.cross_attention_tokens);
-      a +=
-          L * (p * n * c + 2 * static_cast<double>(model.hidden) * (model.key_value_width() + model.value_width()) * c);
+      const double h = static_cast<double>(model.hidden);
+      out.attention += L * (p * n * c + 2 * h * (model.key_value_width() + model.value_width()) * c);
+      if (device.kernel.enabled()) {
+        const kernel_clock& kc = device.kernel;
+        const double scores = L * p * n * c, d = model.head_width();
+        const double projections = L * 2 * h * (model.key_value_width() + model.value_width()) * c;
+        out.attention_forward_work += scores / kc.efficiency(false, c, d, false) + projections / efficiency(c);
+        out.attention_backward_work +=
+            kernel_clock::backward_flops * scores / kc.efficiency(true, c, d, false) + 2 * projections / efficiency(c);
+      }
     }
-    return {1, n, a, ring_a};
+    return out;
   }
 
   /// P_gpu,b = (P - P_E) / tp + P_E / (tp ep): the block parameters one GPU holds unsharded,
@@ -259,10 +294,6 @@ struct analytic_cost {
   double moe_passes(int k) const noexcept {
     const double L = model.blocks, le = model.moe_blocks();
     return 2 * le + k * le / L;
-  }
-  /// Bandwidth of the expert-parallel group (ep GPUs, tp apart).
-  double ep_bandwidth() const noexcept {
-    return parallel.ep * parallel.tp <= device.gpus_per_node ? device.bw_intra : device.bw_inter;
   }
   /// Bandwidth of the data-parallel domain (all N GPUs of a stage).
   double dp_bandwidth() const noexcept {
@@ -359,6 +390,9 @@ struct analytic_cost {
   /// is `alone_s`. Else it is that compute, or l's ring exchange where longer, plus l's
   /// collectives and the overhead at k.
   double shared_time_floor(const load_type& l, int sp, int k, double alone_s, const load_type& batch) const noexcept {
+    // On a kernel clock attention runs at its own per-sequence rate and the GEMMs' seconds
+    // (3 + k/L) c (N + x_half sp) / (sp tp peak eff_max) grow with N: company is never faster.
+    if (device.kernel.enabled()) return alone_s;
     // The LM head's 3 F_V joins the linear term: (3 + k/L)(A + c N) + 3 c_V N = (3 + k/L)(A + c' N).
     const double L = model.blocks, b = device.x_half * sp;
     const double c = linear_flops_per_token() + 3 * model.head_flops_per_token() / (3 + k / L);
@@ -422,13 +456,15 @@ struct analytic_cost {
     double w = 0;
     const int u = sp / r;  // the ring is overlapped with compute: not in the floor
     if (u > 1)
-      w += all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(u) * l.tokens * (u - 1) / u / bandwidth(u);
+      w += all_to_all_seconds(all_to_alls_per_pass() * (2 * L + k) * 2 * all_to_all_width(u) * l.tokens * (u - 1) / u,
+                              u * parallel.tp);
     if (parallel.tp > 1)
-      w += (tp_collectives_per_pass() * (2 * L + k) + tp_vocabulary_collectives()) * 2 * h * l.tokens *
-           (parallel.tp - 1) / parallel.tp / device.bw_intra;
+      w += device.kernel.tp_exposed * (tp_collectives_per_pass() * (2 * L + k) + tp_vocabulary_collectives()) * 2 * h *
+           l.tokens * (parallel.tp - 1) / parallel.tp / device.bw_intra;
     if (parallel.ep > 1)
-      w += ep_all_to_alls_per_pass() * moe_passes(k) * 2 * h * model.experts_per_token * (l.tokens / parallel.tp) *
-           (parallel.ep - 1) / parallel.ep / ep_bandwidth();
+      w += all_to_all_seconds(ep_all_to_alls_per_pass() * moe_passes(k) * 2 * h * model.experts_per_token *
+                                  (l.tokens / parallel.tp) * (parallel.ep - 1) / parallel.ep,
+                              parallel.ep * parallel.tp);
     return w;
   }
 
@@ -454,22 +490,29 @@ struct analytic_cost {
     double flops_per_token;  // L 2 P_act: F = flops_per_token N_tok + A
     double head_per_token;   // 2 V h: F_V = head_per_token N_tok
     double work_beta;        // beta'
-    double work_rate;        // tp peak eff(x_max)
+    double work_rate;        // tp gemm_peak eff(x_max)
     double room;             // (C - M_static) / h tp: x_cap(k) = room / ((L - k) beta + 2 k + beta')
-    double packed_rate;      // tp peak eff_max
+    double packed_rate;      // tp gemm_peak eff_max
+    double attention_rate;   // kernel clock: tp peak (attention at its own rates); 0: section 4
     struct pair {
       double work, packed;
     };
     /// Both floors of one step (they share its FLOPs and communication floor).
     pair both(const load_type& l, int sp, int k, int r) const noexcept {
       const double L = cost->model.blocks, beta = cost->device.beta;
-      const double flops = flops_per_token * l.tokens + l.attention, comm = cost->communication_floor(l, sp, k, r);
+      const bool kernel = attention_rate > 0;
+      // Section 4 prices attention FLOPs with the GEMMs; a kernel clock on their own rates.
+      const double flops = flops_per_token * l.tokens + (kernel ? 0 : l.attention);
+      const double comm = cost->communication_floor(l, sp, k, r);
       const double head = 3 * head_per_token * l.tokens;  // the LM head, never recomputed
+      auto attention = [&](double kk) {
+        return kernel ? ((1 + kk / L) * l.attention_forward_work + l.attention_backward_work) / attention_rate : 0;
+      };
       auto g = [&](double kk) {
         const double saturation = 1 + cost->device.x_half * ((L - kk) * beta + 2 * kk + work_beta) / room;
-        return (3 + kk / L) * saturation * flops + saturation * head;
+        return ((3 + kk / L) * saturation * flops + saturation * head) / packed_rate + attention(kk);
       };
-      return {((3 + k / L) * flops + head) / work_rate + comm, std::min(g(k), g(L)) / packed_rate + comm};
+      return {((3 + k / L) * flops + head) / work_rate + attention(k) + comm, std::min(g(k), g(L)) + comm};
     }
     double work(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).work; }
     double packed(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).packed; }
@@ -479,9 +522,10 @@ struct analytic_cost {
             linear_flops_per_token(),
             model.head_flops_per_token(),
             working_beta(),
-            parallel.tp * device.peak * efficiency(max_tokens_per_gpu()),
+            parallel.tp * device.gemm_peak() * efficiency(max_tokens_per_gpu()),
             (capacity() - static_memory()) / static_cast<double>(model.hidden) * parallel.tp,
-            parallel.tp * device.peak * device.eff_max};
+            parallel.tp * device.gemm_peak() * device.eff_max,
+            device.kernel.enabled() ? parallel.tp * device.peak : 0};
   }
 
   /// A step's seconds by kind, as `time` sums them (DESIGN 4, 4.2, 4.3): compute (with the ring
@@ -492,8 +536,14 @@ struct analytic_cost {
   step_terms terms(const load_type& l, int sp, int k, int r) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
     const double x = l.tokens / sp;
-    double t_comp =
-        ((3 + k / L) * forward_flops(l) + 3 * head_flops(l)) / (sp * parallel.tp * device.peak * efficiency(x));
+    const bool kernel = device.kernel.enabled();
+    // Kernel clock: GEMMs on their curve, attention on its own per-sequence rates (DESIGN 4.6).
+    const double t_att_kernel = kernel ? attention_seconds(l, sp, k) : 0;
+    double t_comp = kernel ? ((3 + k / L) * linear_flops(l) + 3 * head_flops(l)) /
+                                     (sp * parallel.tp * device.gemm_peak() * efficiency(x)) +
+                                 t_att_kernel
+                           : ((3 + k / L) * forward_flops(l) + 3 * head_flops(l)) /
+                                 (sp * parallel.tp * device.peak * efficiency(x));
     double t_comm = 0;
     if (r > 1) {
       // Ulysses x Ring: all-to-alls over u = sp / r units, and the ring exchange overlapped
@@ -501,26 +551,71 @@ struct analytic_cost {
       const int u = sp / r;
       if (u > 1) {
         const double v = 2 * all_to_all_width(u) * x * (u - 1) / u;
-        t_comm = all_to_alls_per_pass() * (2 * L + k) * (device.alpha + v / bandwidth(u));
+        t_comm = all_to_alls_per_pass() * (2 * L + k) * (device.alpha + all_to_all_seconds(v, u * parallel.tp));
       }
-      const double t_att = (3 + k / L) * l.ring_attention / (sp * parallel.tp * device.peak * efficiency(x));
+      const double t_att = kernel ? (l.attention > 0 ? t_att_kernel * l.ring_attention / l.attention : 0)
+                                  : (3 + k / L) * l.ring_attention / (sp * parallel.tp * device.peak * efficiency(x));
       t_comp += std::max(t_att, ring_time(l, sp, k, r)) - t_att;
     } else if (sp > 1) {
       const double v = 2 * all_to_all_width(sp) * l.tokens / sp * (sp - 1) / sp;
       const double a = all_to_alls_per_pass() * (2 * L + k);
-      t_comm = a * (device.alpha + v / bandwidth(sp));
+      t_comm = a * (device.alpha + all_to_all_seconds(v, sp * parallel.tp));
     }
     if (parallel.tp > 1) {
       const double v = 2 * h * x * (parallel.tp - 1) / parallel.tp;
-      t_comm += (tp_collectives_per_pass() * (2 * L + k) + tp_vocabulary_collectives()) *
+      t_comm += device.kernel.tp_exposed * (tp_collectives_per_pass() * (2 * L + k) + tp_vocabulary_collectives()) *
                 (device.alpha + v / device.bw_intra);
     }
     if (parallel.ep > 1) {
       const double v = 2 * h * model.experts_per_token * (x / parallel.tp) * (parallel.ep - 1) / parallel.ep;
-      t_comm += ep_all_to_alls_per_pass() * moe_passes(k) * (device.alpha + v / ep_bandwidth());
+      t_comm +=
+          ep_all_to_alls_per_pass() * moe_passes(k) * (device.alpha + all_to_all_seconds(v, parallel.ep * parallel.tp));
     }
     const double t_over = device.tau * (3 * L + k);
     return {t_comp, t_comm, t_over};
+  }
+
+  /// Kernel clock: seconds of the step's attention, ((1 + k/L) W_f + W_b) / (sp tp peak): the
+  /// forward once, again in the checkpointed blocks, and the backward (DESIGN 4.6).
+  double attention_seconds(const load_type& l, int sp, int k) const noexcept {
+    const double L = model.blocks;
+    return ((1 + k / L) * l.attention_forward_work + l.attention_backward_work) / (sp * parallel.tp * device.peak);
+  }
+  /// Kernel clock: the blocks' linear forward FLOPs without attention, L 2 P_act N_tok (the text
+  /// K/V projections of a cross-attention are priced with the attention).
+  double linear_flops(const load_type& l) const noexcept { return linear_flops_per_token() * l.tokens; }
+
+  /// Seconds for each GPU of an all-to-all over `gpus` GPUs to send `bytes`: at bw_intra inside a
+  /// node, bw_inter across nodes; on a kernel clock a group across nodes sends (G - 1) / (gpus - 1)
+  /// of its bytes over NVLink and the rest over the network at once, and the slower share paces it.
+  double all_to_all_seconds(double bytes, int gpus) const noexcept {
+    const int g = device.gpus_per_node;
+    if (gpus <= g) return bytes / device.bw_intra;
+    if (!device.kernel.enabled()) return bytes / device.bw_inter;
+    const double peers = gpus - 1.0;
+    return bytes * std::max((g - 1) / peers / device.bw_intra, (gpus - g) / peers / device.bw_inter);
+  }
+
+  /// Kernel clock: seconds every global batch pays once, whatever its plan (DESIGN 4.6): the
+  /// data-parallel gradient reduce-scatter and parameter all-gather (zero1, or an all-reduce of
+  /// the same bytes when replicated; zero3 does both in every step), 2 (alpha + 2 P_dp / bw_dp),
+  /// P_dp = (P_gpu - P_E,gpu) (D-1)/D + P_E,gpu (D_e-1)/D_e, and the Adam step over the parameters
+  /// a GPU owns, 30 bytes each (fp32 master, main gradient, two moments read; master and moments
+  /// written, and the bf16 copy) at HBM bandwidth. 0 on section 4's clock.
+  double update_seconds() const noexcept {
+    if (!device.kernel.enabled()) return 0;
+    const double d = static_cast<double>(parallel.stage_gpus()) / parallel.tp, de = d / parallel.ep;
+    const double experts = model.moe_blocks() * model.expert_parameters() / (parallel.tp * parallel.ep);
+    const double dense = parameters_per_gpu() - experts;
+    double collectives = 0;
+    if (parallel.sharding != sharding_kind::zero3 && d > 1) {
+      const double bytes = 2 * (dense * (d - 1) / d + experts * (de - 1) / de);
+      collectives = 2 * (device.alpha + bytes / dp_bandwidth());
+    }
+    const double owned = parallel.sharding == sharding_kind::replicated
+                             ? parameters_per_gpu()
+                             : model.total_parameters() / parallel.stage_gpus();
+    return collectives + 30 * owned / device.kernel.hbm_bw;
   }
 
   friend bool operator==(const analytic_cost&, const analytic_cost&) = default;
@@ -562,5 +657,6 @@ static_assert(step_floor_share_cost_model<analytic_cost>);
 static_assert(work_floors_cost_model<analytic_cost>);
 static_assert(shared_time_floor_cost_model<analytic_cost>);
 static_assert(pipeline_cost_model<analytic_cost>);
+static_assert(update_cost_model<analytic_cost>);
 
 }  // namespace dcp

@@ -53,6 +53,10 @@
 ///     sequence sooner in company than alone; the lower bounds take this floor for t_i where a
 ///     model has it, and `alone_s` where it does not (such a model's time must not fall as a
 ///     step's load grows).
+///   - `update_cost_model`: `c.update_seconds()`, seconds every global batch pays once after its
+///     last step whatever its plan (the data-parallel gradient reduction and the optimizer step,
+///     DESIGN section 4.6). Law: finite and >= 0, the same for every plan of the job; 0 where
+///     absent (`update_seconds_of`).
 /// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
 
 #include <algorithm>
@@ -197,6 +201,21 @@ concept pipeline_cost_model = cost_model<C> && requires(const C& c, const typena
   { c.stage_transfer(l, sp) } -> std::convertible_to<double>;
   { c.static_memory() } -> std::convertible_to<double>;
 };
+
+/// A cost model that prices the per-global-batch update (see the file comment).
+template <class C>
+concept update_cost_model = cost_model<C> && requires(const C& c) {
+  { c.update_seconds() } -> std::convertible_to<double>;
+};
+
+/// `c.update_seconds()` where the model prices the update, else 0.
+template <cost_model C>
+double update_seconds_of(const C& c) {
+  if constexpr (update_cost_model<C>)
+    return c.update_seconds();
+  else
+    return 0;
+}
 
 /// The capacity of a block of units: `c.capacity_of(units)` on a mixed cluster model, else
 /// `c.capacity()`.

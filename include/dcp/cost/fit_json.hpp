@@ -76,6 +76,7 @@ inline fitted_cost read_fit(std::istream& in, std::string_view source = "fit") {
     c.shape.model = spec_from_json(j.at("model"), r);
     const auto& d = j.at("device");
     auto& dv = c.shape.device;
+    dv = device_spec{};  // the fitted form's device has no kernel clock (its shape is the analytic twin)
     dv.name = d.at("name").get<std::string>();
     dv.peak = number(d, "peak"), dv.eff_max = number(d, "eff_max"), dv.x_half = number(d, "x_half");
     dv.alpha = number(d, "alpha"), dv.tau = number(d, "tau");

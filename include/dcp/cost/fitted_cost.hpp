@@ -69,11 +69,25 @@ struct fit_coefficients {
   }
   void set_memory(std::span<const double> v) noexcept { static_bytes = v[0], activation_bytes = v[1], checkpoint_bytes = v[2]; }
 
-  /// The analytic constants of `c` (DESIGN section 4).
+  /// The analytic constants of `c` (DESIGN section 4). On a kernel clock (DESIGN 4.6), the form
+  /// nearest it: GEMMs at the GEMM peak, attention FLOPs at the kernels' best forward and backward
+  /// rates, (1 / a_f + 2.5 / a_b) / 3 per FLOP of a third of a forward+backward.
   static fit_coefficients of(const analytic_cost& c) noexcept {
     const double s = 1 / (c.device.peak * c.device.eff_max);
-    return {s, s, 1 / c.device.bw_intra, 1 / c.device.bw_inter, c.device.alpha, c.device.tau, c.static_memory(),
-            c.device.beta, 2.0};
+    const kernel_clock& k = c.device.kernel;
+    const double lin = k.enabled() ? 1 / (c.device.gemm_peak() * c.device.eff_max) : s;
+    const double att = k.enabled() ? (1 / k.attention_forward + kernel_clock::backward_flops / k.attention_backward) /
+                                         (3 * c.device.peak)
+                                   : s;
+    return {lin,
+            att,
+            1 / c.device.bw_intra,
+            1 / c.device.bw_inter,
+            c.device.alpha,
+            c.device.tau,
+            c.static_memory(),
+            c.device.beta,
+            2.0};
   }
   friend bool operator==(const fit_coefficients&, const fit_coefficients&) = default;
   friend std::ostream& operator<<(std::ostream& os, const fit_coefficients& f) {
@@ -270,7 +284,14 @@ static_assert(shared_time_floor_cost_model<fitted_cost>);
 
 /// The analytic model as a `fitted_cost` (the prior of a first fit), validated.
 inline fitted_cost make_fitted_cost(const analytic_cost& analytic, double memory_margin = 0) {
-  fitted_cost c{analytic, fit_coefficients::of(analytic), memory_margin, {}};
+  analytic_cost shape = analytic;
+  if (analytic.device.kernel.enabled()) {
+    // The form has no kernel clock: its shape is the device's analytic twin with the same
+    // capacity (the reserved bytes taken out of `usable`), its coefficients the clock's nearest.
+    shape.device = analytic.device.analytic();
+    shape.device.usable = analytic.device.capacity() / analytic.device.mem_bytes;
+  }
+  fitted_cost c{shape, fit_coefficients::of(analytic), memory_margin, {}};
   c.validate();
   return c;
 }

@@ -117,6 +117,8 @@ class scaled_analytic_cost {
   /// their factors), the floor `time` takes its maximum with since it prices through
   /// `scaled_model()`; so the law holds as for `analytic_cost`. 0 unless zero3.
   double step_floor() const noexcept { return scaled_.step_floor(); }
+  /// The per-batch update on the scaled links (`update_cost_model`); 0 on section 4's clock.
+  double update_seconds() const noexcept { return scaled_.update_seconds(); }
   double work_floor(const load_type& l, int sp, int k) const noexcept { return scaled_.work_floor(timed(l), sp, k); }
   double work_floor(const load_type& l, int sp, int k, int r) const noexcept {
     return scaled_.work_floor(timed(l), sp, k, r);
@@ -142,6 +144,8 @@ class scaled_analytic_cost {
   load_type timed(load_type l) const noexcept {
     l.attention *= attention_ratio_;
     l.ring_attention *= attention_ratio_;
+    l.attention_forward_work *= attention_ratio_;
+    l.attention_backward_work *= attention_ratio_;
     return l;
   }
 
@@ -156,5 +160,6 @@ static_assert(mixed_cluster_cost_model<scaled_analytic_cost>);
 static_assert(step_floor_cost_model<scaled_analytic_cost>);
 static_assert(shared_time_floor_cost_model<scaled_analytic_cost>);
 static_assert(pipeline_cost_model<scaled_analytic_cost>);
+static_assert(update_cost_model<scaled_analytic_cost>);
 
 }  // namespace dcp

@@ -19,6 +19,7 @@
 
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/calibration.hpp>
+#include <dcp/cost/cost_concepts.hpp>
 #include <dcp/cost/fit.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/group/group_concepts.hpp>
@@ -74,6 +75,7 @@ truth_run_result simulate_calibrated(const planning_context<analytic_cost, R, G>
   out.metrics.method = "dcp";
   out.metrics.gpus = cost.gpus();
   out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  out.metrics.update_s = update_seconds_of(t.model);
   detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating dcp (calibrated)");
   for (std::size_t i = 0; i < batches.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -72,12 +72,28 @@
 
 namespace dcp::sim {
 
-/// The cost constants of a device.
+/// The cost constants of a device (with its kernel clock's and its GEMM precision when it has one).
 inline nlohmann::ordered_json to_json(const device_spec& d) {
-  return {{"name", d.name},         {"peak", d.peak},         {"eff_max", d.eff_max},
-          {"x_half", d.x_half},     {"alpha", d.alpha},       {"tau", d.tau},
-          {"bw_intra", d.bw_intra}, {"bw_inter", d.bw_inter}, {"gpus_per_node", d.gpus_per_node},
-          {"mem_bytes", d.mem_bytes}, {"usable", d.usable},   {"beta", d.beta}};
+  nlohmann::ordered_json j = {{"name", d.name},           {"peak", d.peak},         {"eff_max", d.eff_max},
+                              {"x_half", d.x_half},       {"alpha", d.alpha},       {"tau", d.tau},
+                              {"bw_intra", d.bw_intra},   {"bw_inter", d.bw_inter}, {"gpus_per_node", d.gpus_per_node},
+                              {"mem_bytes", d.mem_bytes}, {"usable", d.usable},     {"beta", d.beta}};
+  if (d.kernel.enabled()) {
+    const kernel_clock& k = d.kernel;
+    j["kernel"] = {{"attention_forward", k.attention_forward},
+                   {"attention_forward_half", k.attention_forward_half},
+                   {"attention_backward", k.attention_backward},
+                   {"attention_backward_half", k.attention_backward_half},
+                   {"attention_causal", k.attention_causal},
+                   {"head_width_64", k.head_width_64},
+                   {"head_width_256", k.head_width_256},
+                   {"tp_exposed", k.tp_exposed},
+                   {"hbm_bw", k.hbm_bw},
+                   {"reserved_bytes", k.reserved_bytes},
+                   {"fp8_gemm", k.fp8_gemm},
+                   {"precision", to_string(d.precision)}};
+  }
+  return j;
 }
 
 /// The constants of a frozen forward network.

@@ -157,6 +157,7 @@ run_result replay(const plan_document& doc, std::string_view source, const C& co
   out.metrics.method = replay_name(doc, source);
   out.metrics.gpus = cost.gpus();
   out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  out.metrics.update_s = update_seconds_of(cost);
   for (const plan& p : doc.plans) {
     out.metrics.add(p, 0.0);
     if (opt.keep_plans) out.plans.push_back(p);
@@ -175,6 +176,7 @@ truth_run_result replay(const plan_document& doc, std::string_view source, const
   out.metrics.method = replay_name(doc, source);
   out.metrics.gpus = cost.gpus();
   out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  out.metrics.update_s = update_seconds_of(t.model);
   for (std::size_t i = 0; i < doc.plans.size(); ++i) {
     execution e = execute(doc.plans[i], t, i);
     out.metrics.add(e.executed, 0.0, e.oom_steps);

@@ -98,6 +98,7 @@ run_result simulate(const Ctx& ctx, const P& planner, std::span<const std::vecto
   out.metrics.method = planner.name();
   out.metrics.gpus = cost.gpus();
   out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
+  out.metrics.update_s = update_seconds_of(cost);
   if (opt.keep_plans) out.plans.reserve(batches.size());
   detail::progress_line progress(opt.progress, opt.progress_after_s, "simulating " + planner.name());
   for (std::size_t i = 0; i < batches.size(); ++i) {
