@@ -105,6 +105,9 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
     os << (i == 0 ? " " : ", ") << rows[i].method << " " << rows[i].communicators_per_rank << " ("
        << detail::format("%.0f MiB", rows[i].communicator_bytes_per_rank / 1048576.0) << ")";
   os << "\n";
+  if (!rows.empty() && rows.front().update_s > 0)
+    os << "every batch also pays its gradient reduction and optimizer step once, "
+       << detail::seconds_text(rows.front().update_s) << " (in tokens/s and both bounds; DESIGN 4.6)\n";
 }
 
 /// The table as one JSON object: {"workload", "model", "device", "gpus", "sequences", "tokens",
