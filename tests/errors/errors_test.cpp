@@ -445,6 +445,23 @@ const std::vector<entry>& catalogue() {
            (void)dcp::models::from_config(in, "config.json");
          });
        }},
+      {"kernel-constant-without-clock", "invalid_argument",
+       "device 'h200-analytic': kernel clock constants need kernel.attention_forward > 0",
+       [] {
+         return lib([] {
+           auto d = dcp::devices::h200_analytic();
+           d.kernel.tp_exposed = 0.5;
+           dcp::validate(d);
+         });
+       }},
+      {"fp8-without-rate", "invalid_argument", "device 'a100' has no FP8 GEMM rate (kernel.fp8_gemm = 0)",
+       [] {
+         return lib([] {
+           auto d = dcp::devices::a100();
+           d.precision = dcp::gemm_precision::fp8;
+           dcp::validate(d);
+         });
+       }},
       {"device-not-positive", "invalid_argument", "device 'h200': peak = -1.000000 must be positive",
        [] {
          return lib([] {
@@ -724,6 +741,8 @@ const std::vector<entry>& catalogue() {
        [] { return cli("--model gpt5"); }},
       {"cli-unknown-device", "exit 1", "dcp-sim: error: unknown device preset 'v100'",
        [] { return cli("--device v100"); }},
+      {"cli-precision-without-rate", "exit 1", "dcp-sim: error: --precision fp8 needs a device with an FP8 GEMM rate",
+       [] { return cli("--device h200-analytic --precision fp8"); }},
       {"cli-unknown-option", "exit 109", "The following argument was not expected: --frobnicate",
        [] { return cli("--frobnicate"); }},
       {"cli-option-not-a-number", "exit 104", "Could not convert: --gpus = twelve",
