@@ -286,6 +286,15 @@ TEST(mixed_cluster, calibration_fits_one_clock_and_takes_no_node_for_a_straggler
   EXPECT_GT(ratio, 0.97);
 }
 
+// Across section 4's clock and the kernel clock a node's speed is its GEMM peak's ratio; on one
+// clock its best GEMM throughput's.
+TEST(mixed_cluster, node_speeds_compare_like_with_like) {
+  EXPECT_NEAR(dcp::unit_device_of(dcp::devices::a100(), dcp::devices::h200()).speed, 312.0 / 989.0, 1e-12);
+  EXPECT_NEAR(dcp::unit_device_of(dcp::devices::a100(), dcp::devices::h200_analytic()).speed, 312.0 / 989.0, 1e-12);
+  EXPECT_EQ(dcp::unit_device_of(dcp::devices::h100(), dcp::devices::h200()).speed, 1.0);
+  EXPECT_EQ(dcp::unit_device_of(dcp::devices::h100(), dcp::devices::h200()).capacity, dcp::devices::h100().capacity());
+}
+
 TEST(mixed_cluster, bad_layouts_names_and_files_are_errors_naming_the_value) {
   dcp::parallel_layout l{.gpus = 16, .gpus_per_node = 8};
   l.nodes = {{"h100", 1, 72e9}};

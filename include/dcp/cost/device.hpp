@@ -252,7 +252,12 @@ inline unit_device unit_device_of(const device_spec& d, const device_spec& refer
     return "device '" + d.name + "' has gpus_per_node = " + std::to_string(d.gpus_per_node) + " but '" +
            reference.name + "' has " + std::to_string(reference.gpus_per_node) + "; a cluster's nodes have one G";
   });
-  return {d.name, d.gemm_peak() * d.eff_max / (reference.gemm_peak() * reference.eff_max), d.capacity()};
+  // Section 4's eff_max and the kernel clock's measured GEMM curve do not compare: across the
+  // two clocks a node's speed is its GEMM peak's ratio alone.
+  const bool same_clock = d.kernel.enabled() == reference.kernel.enabled();
+  const double speed = same_clock ? d.gemm_peak() * d.eff_max / (reference.gemm_peak() * reference.eff_max)
+                                  : d.gemm_peak() / reference.gemm_peak();
+  return {d.name, speed, d.capacity()};
 }
 
 /// The node devices of a layout (`parallel_layout::nodes`) whose nodes are `per_node`, in rank
