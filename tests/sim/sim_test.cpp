@@ -487,7 +487,7 @@ TEST(Report, TableAndJsonHaveEveryMethod) {
   EXPECT_EQ(keys(j["methods"][0]),
             (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_bucket", "efficiency", "simple_efficiency",
                                    "imbalance", "bubble", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps",
-                                   "communicators_per_rank", "communicator_bytes_per_rank"}));
+                                   "communicators_per_rank", "communicator_bytes_per_rank", "update_s"}));
   EXPECT_EQ(j["methods"][0]["method"], "dcp");
   EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_bucket"].get<double>(), (100.0 / 1) / (200.0 / 3));
   EXPECT_DOUBLE_EQ(j["methods"][1]["speedup_vs_bucket"].get<double>(), 1.0);

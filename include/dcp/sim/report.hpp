@@ -113,8 +113,8 @@ inline void print_table(std::ostream& os, const comparison_header& h, std::span<
 /// The table as one JSON object: {"workload", "model", "device", "gpus", "sequences", "tokens",
 /// "methods": [{"method", "tokens_per_s", "speedup_vs_bucket" (null without a bucket row),
 /// "efficiency" (vs the joint bound), "simple_efficiency" (vs the simple bound), "imbalance", "bubble",
-/// "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps", "communicators_per_rank", "communicator_bytes_per_rank"
-/// (`run_metrics`)}], "groups"}; a run on a truth adds "truth" (the SPEC) and "truth_seed"; a header with the model's
+/// "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps", "communicators_per_rank", "communicator_bytes_per_rank",
+/// "update_s" (`run_metrics`)}], "groups"}; a run on a truth adds "truth" (the SPEC) and "truth_seed"; a header with the model's
 /// parameters adds "model_parameters" and "model_active_parameters".
 inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<const run_metrics> rows) {
   nlohmann::ordered_json methods = nlohmann::ordered_json::array();
@@ -133,7 +133,8 @@ inline nlohmann::ordered_json table_json(const comparison_header& h, std::span<c
          {"skipped", r.skipped},
          {"oom_steps", r.oom_steps},
          {"communicators_per_rank", r.communicators_per_rank},
-         {"communicator_bytes_per_rank", r.communicator_bytes_per_rank}});
+         {"communicator_bytes_per_rank", r.communicator_bytes_per_rank},
+         {"update_s", r.update_s}});
   }
   nlohmann::ordered_json out = {{"workload", h.workload}, {"model", h.model},   {"device", h.device},
                                 {"gpus", h.gpus},         {"sequences", h.sequences}, {"tokens", h.tokens},
