@@ -248,6 +248,20 @@ struct reference {
   }
 };
 
+// 1-4 sequences of 1-200000 tokens (log-uniform): their lengths and their summed load on `cost`.
+std::pair<std::vector<double>, dcp::analytic_load> random_sequences(dcp::xoshiro256ss& g,
+                                                                    const dcp::analytic_cost& cost) {
+  std::vector<double> ns;
+  dcp::analytic_load load{};
+  const int b = 1 + static_cast<int>(dcp::uniform_below(g, 4));
+  for (int i = 0; i < b; ++i) {
+    const auto n = 1 + static_cast<std::int64_t>(std::exp(dcp::uniform01(g) * std::log(200000.0)));
+    load = load + cost.load_of(dcp::make_sequence(i, n));
+    ns.push_back(static_cast<double>(n));
+  }
+  return {ns, load};
+}
+
 dcp::analytic_cost make(const dcp::transformer_spec& m, int N, int tp, int ep, sharding_kind sh) {
   return dcp::make_analytic_cost(m, dcp::devices::h200_analytic(), {.gpus = N, .tp = tp, .ep = ep, .sharding = sh});
 }
@@ -393,14 +407,7 @@ TEST(ModelFormulas, MatchAnIndependentTranscriptionOfDesign) {
     const reference ref{cost.model, cost.device, c.N, c.tp, c.ep, c.sh};
     EXPECT_TRUE(rel_close(cost.static_memory(), ref.static_memory(), 1e-12)) << cost;
     for (int trial = 0; trial < 40; ++trial) {
-      std::vector<double> ns;
-      dcp::analytic_load load{};
-      const int b = 1 + static_cast<int>(dcp::uniform_below(g, 4));
-      for (int i = 0; i < b; ++i) {
-        const auto n = 1 + static_cast<std::int64_t>(std::exp(dcp::uniform01(g) * std::log(200000.0)));
-        load = load + cost.load_of(dcp::make_sequence(i, n));
-        ns.push_back(static_cast<double>(n));
-      }
+      const auto [ns, load] = random_sequences(g, cost);
       const int sp = 1 << dcp::uniform_below(g, 4);
       if (!dcp::legal_sp(cost, sp)) continue;
       const int k = static_cast<int>(dcp::uniform_below(g, static_cast<std::uint64_t>(cost.blocks() + 1)));
@@ -444,14 +451,7 @@ TEST(ModelFormulas, TheKernelClockMatchesAnIndependentTranscription) {
       EXPECT_TRUE(rel_close(cost.update_seconds(), ref.update(), 1e-12)) << cost;
       EXPECT_GT(cost.update_seconds(), 0) << cost;
       for (int trial = 0; trial < 20; ++trial) {
-        std::vector<double> ns;
-        dcp::analytic_load load{};
-        const int b = 1 + static_cast<int>(dcp::uniform_below(g, 4));
-        for (int i = 0; i < b; ++i) {
-          const auto n = 1 + static_cast<std::int64_t>(std::exp(dcp::uniform01(g) * std::log(200000.0)));
-          load = load + cost.load_of(dcp::make_sequence(i, n));
-          ns.push_back(static_cast<double>(n));
-        }
+        const auto [ns, load] = random_sequences(g, cost);
         const int sp = 1 << dcp::uniform_below(g, 6);
         if (!dcp::legal_sp(cost, sp)) continue;
         const int k = static_cast<int>(dcp::uniform_below(g, static_cast<std::uint64_t>(cost.blocks() + 1)));
