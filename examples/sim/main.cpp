@@ -462,7 +462,7 @@ int run(const cli_options& o) {
     dcp::sim::print_table(std::cout, header, rows);
     if (o.pp > 1) {
       // Of each batch, the share its busiest unit waits: its pipelines' fill, drain and stalls.
-      std::cout << "pipeline bubble (" << o.pp << " stages, 1F1B):";
+      std::cout << "pipeline bubble (" << o.pp << " stages; the baselines 1F1B, dcp its warmup depth per batch):";
       for (std::size_t i = 0; i < rows.size(); ++i)
         std::cout << (i == 0 ? " " : ", ") << rows[i].method << " "
                   << dcp::sim::detail::format("%.1f%%", 100 * rows[i].bubble);

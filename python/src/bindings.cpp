@@ -759,6 +759,9 @@ NB_MODULE(_dcp, m) {
       .def_ro("lower_bound_s", &dcp::plan::lower_bound_s)
       .def_ro("joint_lower_bound_s", &dcp::plan::joint_lower_bound_s)
       .def_ro("skipped", &dcp::plan::skipped)
+      .def_ro("warmup_depth", &dcp::plan::warmup_depth,
+              "Under pipeline stages, stage s runs warmup_depth * (pp - 1 - s) forwards before its first backward (1: "
+              "1F1B).")
       .def("efficiency", &dcp::plan::efficiency, "The larger lower bound over the makespan (1 = optimal).")
       .def("hash", &dcp::plan::hash, "A 64-bit digest every rank can compare.")
       .def(

@@ -74,7 +74,9 @@ struct coverage {
   bool accumulation = false;          // some rank ran more than one micro-step in a batch
   bool recompute = false;             // some step checkpointed blocks
   bool other_size = false;            // some step on a group whose size is not a power of two
+  int warmup_depth = 1;               // the deepest pipeline warmup of any plan
   void add(const dcp::plan& p, int world) {
+    warmup_depth = std::max(warmup_depth, p.warmup_depth);
     std::vector<int> per_rank(std::size_t(world), 0);
     for (const auto& st : p.steps) {
       max_sp = std::max(max_sp, st.sp());
@@ -191,9 +193,11 @@ double relative_losses(const std::vector<double>& got, const std::vector<double>
 }
 
 std::string describe(const coverage& c) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "max sp %d, uneven shards %d, unequal accumulation %d, accumulation %d, recompute %d",
-                c.max_sp, int(c.uneven_shards), int(c.unequal_accumulation), int(c.accumulation), int(c.recompute));
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "max sp %d, uneven shards %d, unequal accumulation %d, accumulation %d, recompute %d, warmup depth %d",
+                c.max_sp, int(c.uneven_shards), int(c.unequal_accumulation), int(c.accumulation), int(c.recompute),
+                c.warmup_depth);
   return buf;
 }
 
@@ -263,7 +267,8 @@ TEST(libtorch_any_size, groups_of_three_and_six_match_full_batch) {
 // R / 2 stages of 2 units, so pp = 2 on 4 ranks and pp = 4 on 8. A 4-block model, each stage's
 // blocks on its ranks, activations and their gradients sent stage to stage in 1F1B order
 // (`pipeline_train_step`); 3 AdamW steps under dcp, bucket and packed plans match the full-batch
-// reference, with sp > 1, recompute and unequal micro-batch counts per unit present.
+// reference, with sp > 1, recompute and unequal micro-batch counts per unit present, and on 4
+// stages a dcp plan with a deeper warmup than 1F1B.
 TEST(libtorch_pipeline, stages_match_full_batch) {
   auto& world = *world_ptr;
   const int R = world.size();
@@ -304,6 +309,7 @@ TEST(libtorch_pipeline, stages_match_full_batch) {
     EXPECT_GT(got.cov.max_sp, 1) << names[i] << " plans no step with sp > 1";
   }
   EXPECT_TRUE(runs[0].cov.unequal_accumulation) << "dcp gives every unit the same number of micro-batches";
+  if (P >= 4) EXPECT_GT(runs[0].cov.warmup_depth, 1) << "no dcp plan runs a deeper warmup than 1F1B on 4 stages";
 }
 
 TEST(libtorch_corpus, file_round_trip_and_malformed_files) {

@@ -48,6 +48,7 @@ dcp::plan plan_of(int units, const std::vector<dcp::rank_block>& blocks) {
 // per stage, then every start raised to the latest of its predecessors until nothing moves (the
 // longest path of an acyclic graph; a cycle never settles within the bound and fails the test).
 std::vector<double> fixed_point_ends(const dcp::plan& p, std::span<const dcp::pipeline_step_times> t, int P) {
+  const std::size_t d = static_cast<std::size_t>(p.warmup_depth);
   const std::size_t n = p.steps.size();
   // op index: (j * P + s) * 2 + d
   std::vector<std::vector<std::size_t>> before(n * P * 2);  // same-GPU predecessors
@@ -58,7 +59,7 @@ std::vector<double> fixed_point_ends(const dcp::plan& p, std::span<const dcp::pi
     const std::size_t m = list.size();
     for (int s = 0; s < P; ++s) {
       std::vector<std::size_t> seq;
-      const std::size_t w = std::min<std::size_t>(static_cast<std::size_t>(P - 1 - s), m);
+      const std::size_t w = std::min<std::size_t>(d * static_cast<std::size_t>(P - 1 - s), m);
       std::size_t f = 0, b = 0;
       while (f < w) seq.push_back((list[f++] * P + s) * 2);
       while (f < m) seq.push_back((list[f++] * P + s) * 2), seq.push_back((list[b++] * P + s) * 2 + 1);
@@ -88,14 +89,39 @@ std::vector<double> fixed_point_ends(const dcp::plan& p, std::span<const dcp::pi
 }
 
 TEST(PipelineSchedule, EqualMicroBatchesTakeTheClosedForm) {
-  // One unit, m equal micro-batches, no transfer: 1F1B lasts (m + P - 1)(f + b).
-  for (int P : {1, 2, 4, 8})
-    for (int m : {1, 2, 3, 7, 16}) {
-      const dcp::plan p = plan_of(1, std::vector<dcp::rank_block>(static_cast<std::size_t>(m), {0, 1}));
-      const std::vector<dcp::pipeline_step_times> t(static_cast<std::size_t>(m), {1.0, 2.0, 0.0});
-      const auto timeline = dcp::schedule_pipeline(p, t, P);
-      EXPECT_DOUBLE_EQ(timeline.makespan_s, (m + P - 1) * 3.0) << "P = " << P << ", m = " << m;
-    }
+  // One unit, m equal micro-batches, no transfer: 1F1B lasts (m + P - 1)(f + b), at every warmup
+  // depth (a deeper warmup cannot shorten a pipeline of equal micro-batches).
+  for (int d : {1, 2, 3})
+    for (int P : {1, 2, 4, 8})
+      for (int m : {1, 2, 3, 7, 16}) {
+        dcp::plan p = plan_of(1, std::vector<dcp::rank_block>(static_cast<std::size_t>(m), {0, 1}));
+        p.warmup_depth = d;
+        const std::vector<dcp::pipeline_step_times> t(static_cast<std::size_t>(m), {1.0, 2.0, 0.0});
+        const auto timeline = dcp::schedule_pipeline(p, t, P);
+        EXPECT_DOUBLE_EQ(timeline.makespan_s, (m + P - 1) * 3.0) << "d = " << d << ", P = " << P << ", m = " << m;
+      }
+}
+
+TEST(PipelineSchedule, ADeeperWarmupRunsAheadOfALongMicroBatch) {
+  // One unit of 4 stages: short micro-batches around one 10x longer. At depth 1 stage 0 stops
+  // after P - 1 forwards past it; at depth 2 it runs 2 (P - 1) and the pipeline ends sooner.
+  dcp::plan p = plan_of(1, std::vector<dcp::rank_block>(12, {0, 1}));
+  std::vector<dcp::pipeline_step_times> t(12, {1.0, 2.0, 0.0});
+  t[4] = {10.0, 20.0, 0.0};
+  const double one = dcp::schedule_pipeline(p, t, 4).makespan_s;
+  p.warmup_depth = 2;
+  const double two = dcp::schedule_pipeline(p, t, 4).makespan_s;
+  EXPECT_LT(two, one);
+  // Never below the long micro-batch's own path: forward through 4 stages and back.
+  EXPECT_GE(two, 4 * 30.0);
+  // Stage 0 holds d (P - 1) + 1 micro-batches at most: the in-flight memory counts that window.
+  std::vector<double> memory(12, 2.0);
+  for (int d : {1, 2, 3}) {
+    p.warmup_depth = d;
+    const auto held = dcp::in_flight_memory(p, memory, 1.0, 4);
+    for (std::size_t i = 0; i < held.size(); ++i)
+      EXPECT_DOUBLE_EQ(held[i], 1.0 + static_cast<double>(std::min<std::size_t>(i + 1, 3 * d + 1))) << d << " " << i;
+  }
 }
 
 TEST(PipelineSchedule, MatchesAFixedPointSolverOnRandomNestedPlans) {
@@ -108,7 +134,8 @@ TEST(PipelineSchedule, MatchesAFixedPointSolverOnRandomNestedPlans) {
       for (int first = 0; first < units; first += size)
         for (int c = static_cast<int>(r.between(0, 2)); c-- > 0;) blocks.push_back({first, size});
     if (blocks.empty()) blocks.push_back({0, units});
-    const dcp::plan p = plan_of(units, blocks);
+    dcp::plan p = plan_of(units, blocks);
+    p.warmup_depth = static_cast<int>(r.between(1, 3));
     std::vector<dcp::pipeline_step_times> t;
     for (std::size_t j = 0; j < blocks.size(); ++j) t.push_back({0.1 + r.unit(), 0.2 + 2 * r.unit(), 0.05 * r.unit()});
     const auto timeline = dcp::schedule_pipeline(p, t, P);

@@ -155,6 +155,38 @@ TEST(Replay, APlanFileReproducesItsMethodOnTheModelAndOnATruth) {
   }
 }
 
+// A pipelined plan file keeps what its schedule needs: the stages, each unit's micro-batch order
+// and the warmup depth, so its replay times every batch as the planner did.
+TEST(Replay, APipelinedPlanFileKeepsItsWarmupDepth) {
+  constexpr std::uint64_t seed = 5;
+  std::cout << "[     SEED ] " << seed << '\n';
+  const auto cost = dcp::make_analytic_cost(dcp::models::llama3_8b(), dcp::devices::h200(),
+                                            dcp::parallel_layout{.gpus = 32, .gpus_per_node = 8, .tp = 2, .pp = 4});
+  auto data = dcp::workloads::make("text-longtail", seed);
+  data.resize(1500);
+  const auto batches = dcp::epoch_batches(cost, data, std::int64_t{1} << 20, seed);
+  const std::span<const std::vector<sequence>> all(batches);
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto made = dcp::sim::run_method("dcp", cost, data, all, {}, opt);
+  const auto deeper =
+      std::count_if(made.plans.begin(), made.plans.end(), [](const dcp::plan& p) { return p.warmup_depth > 1; });
+  ASSERT_GT(deeper, 0) << "no batch ran a deeper warmup than 1F1B, so the file's depth is not tested";
+  const std::string text = to_text(cost, made.plans);
+  EXPECT_NE(text.find("\"warmup_depth\""), std::string::npos);
+  const auto doc = from_text(text, "piped.json");
+  EXPECT_EQ(doc.layout.pp, 4);
+  const dcp::sim::replay_job job{cost.model.name, cost.device.name};
+  const auto replayed = dcp::sim::replay(doc, "piped.json", cost, all, job, opt);
+  EXPECT_EQ(replayed.plans, made.plans);
+  EXPECT_DOUBLE_EQ(replayed.metrics.makespan_s, made.metrics.makespan_s);
+  for (std::size_t b = 0; b < made.plans.size(); ++b) EXPECT_EQ(replayed.plans[b].hash(), made.plans[b].hash());
+  // The depth is part of what ranks agree on: the same plan at another depth hashes differently.
+  dcp::plan other = made.plans.front();
+  other.warmup_depth = other.warmup_depth == 1 ? 2 : 1;
+  EXPECT_NE(other.hash(), made.plans.front().hash());
+}
+
 TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
   const video_run run;
   const auto batches = run.batches(run.cost);

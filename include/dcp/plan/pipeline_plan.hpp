@@ -13,13 +13,18 @@
 ///     much longer than the next ones stalls stage 0 while it travels), and on nested blocks
 ///     every two units reach the steps they share at the same places, so their 1F1B orders agree.
 ///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
-///     min(P, p + 1) micro-batches; where their memory passes the capacity, the micro-batch of
+///     min(d (P - 1) + 1, p + 1) micro-batches; where their memory passes the capacity, the micro-batch of
 ///     the window with the most bytes of its own checkpoints more blocks (the fewest that fit),
 ///     then the next; where every one checkpoints all its blocks and the window still does not
 ///     fit, a new round starts at the step (a pipeline flush: nothing is then in flight).
 ///  3. Time: the schedule (`schedule_pipeline`) on the cost model's clock; where the orders
 ///     deadlock, a new round starts at the first step that could not run. Each step's start is
 ///     its forward's on stage 0, and the makespan the last backward's end.
+///  4. Warmup (`short_ends` only): parts 2 and 3 at warmup depths 1, 2, ... (`plan::warmup_depth`,
+///     up to `deepest_warmup`) while each ends sooner than the one before; the plan keeps the
+///     fastest. A deeper warmup lets stage 0 run ahead while a long micro-batch travels the later
+///     stages, and holds more micro-batches in flight (so possibly more recompute). The
+///     baselines keep 1F1B's depth 1, as Megatron runs them.
 
 #include <algorithm>
 #include <cstddef>
@@ -125,18 +130,17 @@ void checkpoint(plan_step& s, const C& cost, const typename C::load_type& load, 
 }
 }  // namespace detail
 
-/// The pipeline plan of `p` (the file comment's three parts); `p` is sorted by (round, start,
-/// first unit) and its steps priced on `cost` and fitting its capacity alone.
+namespace detail {
+/// Parts 2 and 3 of `pipeline_plan` at `p.warmup_depth`: the recompute and flushes memory in
+/// flight needs, then the schedule's times, with a flush wherever the orders deadlock.
 template <pipeline_cost_model C>
-void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
+void fit_and_time(plan& p, const C& cost) {
   const int P = cost.layout().pp;
-  if (P <= 1 || p.steps.empty()) return;
-  if (order == pipeline_order::short_ends) detail::order_short_ends(p);
-
   // 2. Memory in flight on stage 0, step by step in plan order.
   const double stat = cost.static_memory(), cap = cost.capacity();
   const int L = cost.blocks();
-  std::vector<std::deque<std::size_t>> window(static_cast<std::size_t>(p.gpus));  // the unit's last P - 1 steps
+  const std::size_t before = stage0_in_flight(P, p.warmup_depth) - 1;  // steps in flight before a step's forward
+  std::vector<std::deque<std::size_t>> window(static_cast<std::size_t>(p.gpus));  // the unit's last `before` steps
   int round = p.steps.front().round;
   for (std::size_t j = 0; j < p.steps.size(); ++j) {
     if (p.steps[j].round != round) {
@@ -168,11 +172,11 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
           int k = s.checkpointed_blocks + 1;
           const auto load = load_of_step(cost, s);
           while (k < L && others + cost.memory(load, s.sp(), k) > cap) ++k;
-          detail::checkpoint(s, cost, load, p.speeds, k);
+          checkpoint(s, cost, load, p.speeds, k);
         }
         if (held() > cap && !w.empty()) {
           // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).
-          detail::split_round(p, j);
+          split_round(p, j);
           round = p.steps[j].round;
           for (auto& w2 : window) w2.clear();
           fits = false;
@@ -182,7 +186,7 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
     for (int u = p.steps[j].ranks.first; u < p.steps[j].ranks.end(); ++u) {
       auto& w = window[static_cast<std::size_t>(u)];
       w.push_back(j);
-      if (w.size() > static_cast<std::size_t>(P - 1)) w.pop_front();
+      if (w.size() > before) w.pop_front();
     }
   }
 
@@ -195,10 +199,39 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
     // A round's first step is never the cause; split after it, so every split shrinks a round.
     std::size_t at = stuck.first_stuck;
     if (at == 0 || p.steps[at - 1].round != p.steps[at].round) ++at;
-    detail::split_round(p, at);
+    split_round(p, at);
   }
   for (std::size_t j = 0; j < p.steps.size(); ++j) p.steps[j].start_s = timeline.forward_of(j, 0).start_s;
   p.makespan_s = timeline.makespan_s;
+}
+}  // namespace detail
+
+/// The deepest warmup `pipeline_order::short_ends` tries: stage 0 then holds up to 3 (P - 1) + 1
+/// micro-batches.
+inline constexpr int deepest_warmup = 3;
+
+/// The pipeline plan of `p` (the file comment's parts); `p` is sorted by (round, start, first
+/// unit) and its steps priced on `cost` and fitting its capacity alone.
+template <pipeline_cost_model C>
+void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
+  const int P = cost.layout().pp;
+  if (P <= 1 || p.steps.empty()) return;
+  p.warmup_depth = 1;
+  if (order == pipeline_order::short_ends) {
+    detail::order_short_ends(p);
+    // 4. The warmup: depths 1, 2, ... while each ends sooner than the one before.
+    const plan ordered = p;
+    detail::fit_and_time(p, cost);
+    for (int d = 2; d <= deepest_warmup; ++d) {
+      plan deeper = ordered;
+      deeper.warmup_depth = d;
+      detail::fit_and_time(deeper, cost);
+      if (!(deeper.makespan_s < p.makespan_s)) break;
+      p = std::move(deeper);
+    }
+  } else {
+    detail::fit_and_time(p, cost);
+  }
   std::stable_sort(p.steps.begin(), p.steps.end(), [](const plan_step& a, const plan_step& b) {
     if (a.round != b.round) return a.round < b.round;
     return a.start_s != b.start_s ? a.start_s < b.start_s : a.ranks.first < b.ranks.first;

@@ -5,9 +5,11 @@
 ///
 /// Under pp > 1 a plan step is a micro-batch. It runs its forward through stages 0..P-1 and its
 /// backward through P-1..0 on the same units of every stage. Within a round every unit runs its
-/// steps, in plan order, as one 1F1B schedule per stage (Megatron's non-interleaved one): stage s
-/// of a unit with m steps first runs w = min(P - 1 - s, m) forwards, then alternates the next
-/// forward and the oldest backward, then runs the backwards left. An operation of a gang step
+/// steps, in plan order, as one 1F1B schedule per stage: stage s of a unit with m steps first runs
+/// w = min(d (P - 1 - s), m) forwards, then alternates the next forward and the oldest backward,
+/// then runs the backwards left. d is the plan's `warmup_depth`: 1 is Megatron's non-interleaved
+/// 1F1B; a deeper warmup lets stage 0 run ahead while a long micro-batch travels the later stages,
+/// at the memory of more micro-batches in flight. An operation of a gang step
 /// starts when every member has reached it in its own order and is free on that stage, and its
 /// input has arrived: F(s) after F(s - 1) ended plus the transfer, B(s) after B(s + 1) ended plus
 /// the transfer, B(P - 1) after F(P - 1) ended. Rounds stay barriers: nothing of round r + 1
@@ -15,8 +17,8 @@
 /// members reaching two shared steps in different orders) deadlock; `schedule_pipeline` says so.
 ///
 /// Memory: stage s of a unit holds the micro-batches whose forward has run there and whose
-/// backward has not; during the forward of its p-th step, 1F1B has run the backwards of all but
-/// the last min(P - s, p + 1) steps, so stage 0 holds the most. Its in-flight memory there is
+/// backward has not; during the forward of its p-th step, the schedule has run the backwards of
+/// all but the last min(d (P - 1 - s) + 1, p + 1) steps, so stage 0 holds the most. Its in-flight memory there is
 /// M_static + sum over that window of (M_j - M_static): every micro-batch's own bytes counted in
 /// full (its stored activations and its working set, an upper bound).
 
@@ -86,10 +88,10 @@ struct pipeline_op {
 };
 
 /// The 1F1B order of one unit's steps `list` (one round, plan order) on stage `stage` of
-/// `stages`: w = min(P - 1 - s, m) forwards, then the next forward and the oldest backward in
-/// turn, then the backwards left.
-inline std::vector<pipeline_op> one_f_one_b(std::span<const std::size_t> list, int stage, int stages) {
-  const std::size_t m = list.size(), w = std::min(static_cast<std::size_t>(stages - 1 - stage), m);
+/// `stages` with warmup depth `depth`: w = min(depth (P - 1 - s), m) forwards, then the next
+/// forward and the oldest backward in turn, then the backwards left.
+inline std::vector<pipeline_op> one_f_one_b(std::span<const std::size_t> list, int stage, int stages, int depth = 1) {
+  const std::size_t m = list.size(), w = std::min(static_cast<std::size_t>(depth * (stages - 1 - stage)), m);
   std::vector<pipeline_op> seq;
   seq.reserve(2 * m);
   for (std::size_t i = 0; i < w; ++i) seq.push_back({list[i], false});
@@ -107,7 +109,7 @@ inline std::vector<pipeline_op> pipeline_ops(const plan& p, int stages, int unit
   });
   std::vector<pipeline_op> out;
   for (const auto& [round, lists] : detail::unit_lists(p)) {
-    const auto seq = one_f_one_b(lists[static_cast<std::size_t>(unit)], stage, stages);
+    const auto seq = one_f_one_b(lists[static_cast<std::size_t>(unit)], stage, stages, p.warmup_depth);
     out.insert(out.end(), seq.begin(), seq.end());
   }
   return out;
@@ -150,7 +152,7 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
     std::vector<double> free(P * units, barrier);
     for (std::size_t s = 0; s < P; ++s)
       for (std::size_t u = 0; u < units; ++u)
-        for (const pipeline_op& o : one_f_one_b(lists[u], static_cast<int>(s), stages))
+        for (const pipeline_op& o : one_f_one_b(lists[u], static_cast<int>(s), stages, p.warmup_depth))
           order[s * units + u].push_back(op(o.step, s, o.backward ? 1 : 0));
     std::vector<std::size_t> ready;
     auto members = [&](std::size_t o) { return p.steps[o / 2 / P].ranks.size; };
@@ -217,17 +219,24 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
   return out;
 }
 
+/// Micro-batches stage 0 of a unit holds in flight at most: d (P - 1) + 1 (P for 1F1B).
+inline std::size_t stage0_in_flight(int stages, int depth) noexcept {
+  return static_cast<std::size_t>(depth) * static_cast<std::size_t>(stages - 1) + 1;
+}
+
 /// Per step, the most memory any of its units' stage-0 GPUs hold while it runs its forward there:
 /// `static_bytes` plus, over the unit's window of in-flight steps ending at it (the last
-/// min(P, p + 1) of its round's steps), their `memory[j] - static_bytes` (the file comment).
+/// min(d (P - 1) + 1, p + 1) of its round's steps), their `memory[j] - static_bytes` (the file
+/// comment).
 inline std::vector<double> in_flight_memory(const plan& p, std::span<const double> memory, double static_bytes,
                                             int stages) {
   std::vector<double> out(p.steps.size(), 0);
+  const std::size_t window = stage0_in_flight(stages, p.warmup_depth);
   for (const auto& [round, lists] : detail::unit_lists(p))
     for (const auto& list : lists)
       for (std::size_t i = 0; i < list.size(); ++i) {
         double sum = static_bytes;
-        const std::size_t first = i + 1 >= static_cast<std::size_t>(stages) ? i + 1 - stages : 0;
+        const std::size_t first = i + 1 >= window ? i + 1 - window : 0;
         for (std::size_t q = first; q <= i; ++q) sum += memory[list[q]] - static_bytes;
         out[list[i]] = std::max(out[list[i]], sum);
       }

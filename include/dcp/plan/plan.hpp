@@ -94,6 +94,9 @@ struct plan {
   double joint_lower_bound_s = 0;  ///< DESIGN section 3 joint lower bound (>= lower_bound_s)
   std::vector<skipped_sequence> skipped;
   std::vector<double> speeds;    ///< per-GPU speed factors the plan was made for; empty = all 1
+  /// Under pp > 1: stage s runs warmup_depth (P - 1 - s) forwards before its first backward (1 is
+  /// 1F1B; `pipeline_schedule.hpp`).
+  int warmup_depth = 1;
 
   /// The tightest lower bound the plan carries: the joint one (the simple one for a plan
   /// made without it).
@@ -133,6 +136,8 @@ struct plan {
     for (char c : method) mix(static_cast<unsigned char>(c));
     mix(static_cast<std::uint64_t>(gpus));
     if (layout.tp != 1) mix(0x7470ull ^ static_cast<std::uint64_t>(layout.tp));  // tp = 1 plans hash as before
+    if (layout.pp != 1) mix(0x7070ull ^ static_cast<std::uint64_t>(layout.pp));  // pp = 1 plans hash as before
+    if (warmup_depth != 1) mix(0x77647468ull ^ static_cast<std::uint64_t>(warmup_depth));
     mix(static_cast<std::uint64_t>(steps.size()));
     for (const auto& s : steps) {
       mix(static_cast<std::uint64_t>(s.ranks.first));

@@ -24,7 +24,8 @@
 /// "capacity_bytes": 7.2e10}, ...] (absent where the nodes are the cost model's device). A job
 /// with pipeline stages has "pp" in its layout (absent: 1); its steps are micro-batches, each
 /// unit's in its 1F1B order (the order of the steps it is in), "start_s" its forward's start on
-/// stage 0 and "time_s" its time on one stage (DESIGN section 4.5).
+/// stage 0 and "time_s" its time on one stage (DESIGN section 4.5); a batch whose stages run a
+/// deeper warmup than 1F1B's carries "warmup_depth" d (absent: 1).
 /// Plans made on a `cost_sum` (a trained model plus frozen forward networks, DESIGN 9.4) name
 /// the trained model under "model" and "device" and list the networks after them under
 /// "frozen", each with every constant of `forward_network`:
@@ -160,6 +161,7 @@ inline nlohmann::ordered_json batch_json(const plan& p, std::size_t index) {
     b["skipped"] = std::move(skipped);
   }
   if (!p.speeds.empty()) b["speeds"] = p.speeds;
+  if (p.warmup_depth != 1) b["warmup_depth"] = p.warmup_depth;  // pipelines' warmup; absent = 1 (1F1B)
   return b;
 }
 
@@ -356,6 +358,8 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
       p.lower_bound_s = number(at(jb, "lower_bound_s", wb), wb + " lower_bound_s");
       if (jb.contains("joint_lower_bound_s"))
         p.joint_lower_bound_s = number(jb.at("joint_lower_bound_s"), wb + " joint_lower_bound_s");
+      if (jb.contains("warmup_depth"))
+        p.warmup_depth = static_cast<int>(integer(jb.at("warmup_depth"), wb + " warmup_depth", 1, int_max));
       const auto& steps = at(jb, "steps", wb);
       if (!steps.is_array()) fail(wb + " \"steps\" is not an array");
       for (std::size_t i = 0; i < steps.size(); ++i) {
