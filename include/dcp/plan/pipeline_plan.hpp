@@ -13,10 +13,11 @@
 ///     much longer than the next ones stalls stage 0 while it travels), and on nested blocks
 ///     every two units reach the steps they share at the same places, so their 1F1B orders agree.
 ///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
-///     min(d (P - 1) + 1, p + 1) micro-batches; where their memory passes the capacity, the micro-batch of
-///     the window with the most bytes of its own checkpoints more blocks (the fewest that fit),
-///     then the next; where every one checkpoints all its blocks and the window still does not
-///     fit, a new round starts at the step (a pipeline flush: nothing is then in flight).
+///     min(d (P - 1) + 1, p + 1) micro-batches; where their memory passes the capacity, the
+///     micro-batch of the window that frees bytes for the fewest added seconds per byte
+///     checkpoints more blocks (the fewest that make the window fit, or all), then the next; where every one
+///     checkpoints all its blocks and the window still does not fit, a new round starts at the step (a pipeline flush:
+///     nothing is then in flight).
 ///  3. Time: the schedule (`schedule_pipeline`) on the cost model's clock; where the orders
 ///     deadlock, a new round starts at the first step that could not run. Each step's start is
 ///     its forward's on stage 0, and the makespan the last backward's end.
@@ -29,6 +30,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <deque>
+#include <limits>
+#include <span>
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
@@ -53,17 +56,30 @@ typename C::load_type load_of_step(const C& cost, const plan_step& s) {
   return load;
 }
 
+namespace detail {
+/// Forward, backward and transfer seconds of every step of `p`, its transfer given (`transfer[j]`
+/// for step j): the stage time split by `forward_share`.
+template <pipeline_cost_model C>
+std::vector<pipeline_step_times> step_times(const plan& p, const C& cost, std::span<const double> transfer) {
+  std::vector<pipeline_step_times> out;
+  out.reserve(p.steps.size());
+  for (std::size_t j = 0; j < p.steps.size(); ++j) {
+    const plan_step& s = p.steps[j];
+    const double f = s.time_s * forward_share(cost.blocks(), s.checkpointed_blocks);
+    out.push_back({f, s.time_s - f, transfer[j]});
+  }
+  return out;
+}
+}  // namespace detail
+
 /// Forward, backward and transfer seconds of every step of `p`: its stage time split by
 /// `forward_share`, and the cost model's `stage_transfer`.
 template <pipeline_cost_model C>
 std::vector<pipeline_step_times> pipeline_times(const plan& p, const C& cost) {
-  std::vector<pipeline_step_times> out;
-  out.reserve(p.steps.size());
-  for (const auto& s : p.steps) {
-    const double f = s.time_s * forward_share(cost.blocks(), s.checkpointed_blocks);
-    out.push_back({f, s.time_s - f, cost.stage_transfer(load_of_step(cost, s), s.sp())});
-  }
-  return out;
+  std::vector<double> transfer;
+  transfer.reserve(p.steps.size());
+  for (const auto& s : p.steps) transfer.push_back(cost.stage_transfer(load_of_step(cost, s), s.sp()));
+  return detail::step_times(p, cost, transfer);
 }
 
 namespace detail {
@@ -132,9 +148,11 @@ void checkpoint(plan_step& s, const C& cost, const typename C::load_type& load, 
 
 namespace detail {
 /// Parts 2 and 3 of `pipeline_plan` at `p.warmup_depth`: the recompute and flushes memory in
-/// flight needs, then the schedule's times, with a flush wherever the orders deadlock.
+/// flight needs, then the schedule's times, with a flush wherever the orders deadlock. `loads[j]`
+/// and `transfer[j]` are step j's load and stage transfer (neither changes with its recompute).
 template <pipeline_cost_model C>
-void fit_and_time(plan& p, const C& cost) {
+void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type> loads,
+                  std::span<const double> transfer) {
   const int P = cost.layout().pp;
   // 2. Memory in flight on stage 0, step by step in plan order.
   const double stat = cost.static_memory(), cap = cost.capacity();
@@ -157,22 +175,31 @@ void fit_and_time(plan& p, const C& cost) {
           return sum;
         };
         while (held() > cap) {
-          // The micro-batch of the window with the most bytes of its own that can checkpoint more.
+          // Of the window's micro-batches that can checkpoint more, the one that frees bytes for
+          // the fewest added seconds per byte, each at the fewest blocks that make the window fit
+          // (all of them where no count does): long sequences recompute attention at a higher
+          // price per byte, and a long micro-batch's time is on its own path P times.
           std::size_t pick = j;
-          double most = -1;
+          int pick_k = -1;
+          double cheapest = std::numeric_limits<double>::infinity();
+          const double total = held();
           auto consider = [&](std::size_t q) {
-            if (p.steps[q].checkpointed_blocks < L && p.steps[q].memory_bytes > most)
-              pick = q, most = p.steps[q].memory_bytes;
+            const plan_step& s = p.steps[q];
+            if (s.checkpointed_blocks >= L) return;
+            const double others = total - s.memory_bytes;
+            int k = s.checkpointed_blocks + 1;
+            while (k < L && others + cost.memory(loads[q], s.sp(), k) > cap) ++k;
+            const double freed = s.memory_bytes - cost.memory(loads[q], s.sp(), k);
+            if (!(freed > 0)) return;
+            const double added =
+                time_with_ring(cost, loads[q], s.sp(), k, s.ring) / block_speed(p.speeds, s.ranks) - s.time_s;
+            const double price = std::max(added, 0.0) / freed;
+            if (price < cheapest) cheapest = price, pick = q, pick_k = k;
           };
           for (std::size_t q : w) consider(q);
           consider(j);
-          if (most < 0) break;
-          plan_step& s = p.steps[pick];
-          const double others = held() - s.memory_bytes;
-          int k = s.checkpointed_blocks + 1;
-          const auto load = load_of_step(cost, s);
-          while (k < L && others + cost.memory(load, s.sp(), k) > cap) ++k;
-          checkpoint(s, cost, load, p.speeds, k);
+          if (pick_k < 0) break;
+          checkpoint(p.steps[pick], cost, loads[pick], p.speeds, pick_k);
         }
         if (held() > cap && !w.empty()) {
           // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).
@@ -194,7 +221,7 @@ void fit_and_time(plan& p, const C& cost) {
   pipeline_timeline timeline;
   for (;;) {
     pipeline_deadlock stuck{p.steps.size()};
-    timeline = schedule_pipeline(p, pipeline_times(p, cost), P, &stuck);
+    timeline = schedule_pipeline(p, step_times(p, cost, transfer), P, &stuck);
     if (stuck.first_stuck == p.steps.size()) break;
     // A round's first step is never the cause; split after it, so every split shrinks a round.
     std::size_t at = stuck.first_stuck;
@@ -217,20 +244,28 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
   const int P = cost.layout().pp;
   if (P <= 1 || p.steps.empty()) return;
   p.warmup_depth = 1;
+  if (order == pipeline_order::short_ends) detail::order_short_ends(p);
+  // Once per plan (in its final order): the steps' loads and transfers, which recompute leaves.
+  std::vector<typename C::load_type> loads;
+  std::vector<double> transfer;
+  loads.reserve(p.steps.size()), transfer.reserve(p.steps.size());
+  for (const auto& s : p.steps) {
+    loads.push_back(load_of_step(cost, s));
+    transfer.push_back(cost.stage_transfer(loads.back(), s.sp()));
+  }
   if (order == pipeline_order::short_ends) {
-    detail::order_short_ends(p);
     // 4. The warmup: depths 1, 2, ... while each ends sooner than the one before.
     const plan ordered = p;
-    detail::fit_and_time(p, cost);
+    detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
     for (int d = 2; d <= deepest_warmup; ++d) {
       plan deeper = ordered;
       deeper.warmup_depth = d;
-      detail::fit_and_time(deeper, cost);
+      detail::fit_and_time(deeper, cost, std::span<const typename C::load_type>(loads), transfer);
       if (!(deeper.makespan_s < p.makespan_s)) break;
       p = std::move(deeper);
     }
   } else {
-    detail::fit_and_time(p, cost);
+    detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
   }
   std::stable_sort(p.steps.begin(), p.steps.end(), [](const plan_step& a, const plan_step& b) {
     if (a.round != b.round) return a.round < b.round;
