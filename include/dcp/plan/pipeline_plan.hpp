@@ -178,7 +178,7 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
           // Of the window's micro-batches that can checkpoint more, the one that frees bytes for
           // the fewest added seconds per byte, each at the fewest blocks that make the window fit
           // (all of them where no count does): long sequences recompute attention at a higher
-          // price per byte, and a long micro-batch's time is on its own path P times.
+          // price per byte, so the short micro-batches around a long one recompute first.
           std::size_t pick = j;
           int pick_k = -1;
           double cheapest = std::numeric_limits<double>::infinity();
