@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -205,6 +206,56 @@ TEST(PipelinePlans, EveryPlannerIsValidOnRandomJobs) {
         EXPECT_NEAR(e.executed.steps[i].start_s, p.steps[i].start_s, 1e-9 * p.makespan_s) << p.method << " step " << i;
     }
   }
+}
+
+TEST(PipelinePlans, ASequenceOnEveryUnitOrdersTheRestAroundItsPath) {
+  // A sequence too long for any block narrower than the stage runs on every unit, so its
+  // micro-batch passes all P stages while every unit's other work waits before or after it on
+  // stage 0: the bound takes P t plus a quarter of the rest per unit (`around_s`), and no
+  // planner's plan beats it.
+  dcp_test::rng r(0x5a4e);
+  int raised = 0;  // trials where the term raises the bound
+  for (int trial = 0; trial < 6; ++trial) {
+    const int pp = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4}));
+    const int gpus = 8 * pp;
+    const auto cost = piped(dcp::models::llama3_8b(), gpus, 1, pp);
+    const int units = cost.gpus(), L = cost.blocks();
+    // The shortest length that no block of half the stage holds even with every block checkpointed.
+    std::int64_t lo = 1024, hi = std::int64_t{1} << 24;
+    auto fits_half = [&](std::int64_t n) {
+      return cost.memory(cost.load_of(dcp::sequence{0, 1, n}), units / 2, L) <= cost.capacity();
+    };
+    while (lo + 1 < hi) (fits_half((lo + hi) / 2) ? lo : hi) = (lo + hi) / 2;
+    const std::int64_t longest = hi + r.between(0, 2048);
+    ASSERT_LE(cost.memory(cost.load_of(dcp::sequence{0, 1, longest}), units, L), cost.capacity());
+    std::vector<dcp::sequence> batch = text_batch(r, r.between(8, 64), 32768);
+    batch.push_back({static_cast<std::int64_t>(batch.size()), 1, longest});
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) + ", a sequence of " +
+                 std::to_string(longest) + " tokens among " + std::to_string(batch.size()));
+    const auto one = dcp::lower_bounds(cost, batch);
+    // Its only blocks are the whole stage: the bound has P t plus every other floor around it.
+    double alone = std::numeric_limits<double>::infinity();
+    for (int k = 0; k <= L; ++k)
+      if (cost.memory(cost.load_of(dcp::sequence{0, 1, longest}), units, k) <= cost.capacity())
+        alone = std::min(alone, cost.time(cost.load_of(dcp::sequence{0, 1, longest}), units, k));
+    EXPECT_GE(one.around_s, pp * alone * (1 - 1e-12));
+    const auto staged = dcp::pipelined(one, pp);
+    EXPECT_GE(staged.joint_s, one.around_s);
+    auto without = one;
+    without.around_s = 0;
+    raised += staged.joint_s > dcp::pipelined(without, pp).joint_s;
+    std::vector<dcp::plan> plans;
+    plans.push_back(dcp::dcp_planner{}.plan(cost, batch));
+    plans.push_back(dcp::tune(dcp::bucket_planner{}, cost, batch).plan(cost, batch));
+    plans.push_back(dcp::tune(dcp::packed_planner{}, cost, batch).plan(cost, batch));
+    plans.push_back(dcp::tune(dcp::dynamic_cp_planner{}, cost, batch).plan(cost, batch));
+    for (const auto& p : plans) {
+      const auto bad = dcp::plan_violations(p, batch, cost);
+      EXPECT_TRUE(bad.empty()) << p.method << ": " << (bad.empty() ? "" : bad.front());
+      EXPECT_GE(p.makespan_s, staged.joint_s * (1 - 1e-12)) << p.method;
+    }
+  }
+  EXPECT_GT(raised, 0) << "the bound never rose above P t_max and the bubble floor: the test tests nothing";
 }
 
 TEST(PipelinePlans, RecomputeFollowsTheMicroBatchesInFlight) {

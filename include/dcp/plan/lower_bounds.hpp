@@ -38,6 +38,9 @@ struct batch_bounds {
   double busy_s = 0;    ///< the simple bound's busy term, max( sum_i W_i, sum_i share_i ) / N
   double shortest_s = 0;  ///< min_i min_sp t_i(sp, kmin_i(sp)): no step of the batch is shorter
   double longest_s = 0;   ///< max_i min_sp t_i(sp, kmin_i(sp))
+  /// Under P > 1 stages (equal unit speeds): max_i of the least, over i's options, of the
+  /// pipelined time its micro-batch forces (`pipelined`, DESIGN 4.5); 0 at P = 1
+  double around_s = 0;
   friend bool operator==(const batch_bounds&, const batch_bounds&) = default;
 };
 
@@ -46,10 +49,12 @@ struct batch_bounds {
 /// reach the last stage and its last backward to come back, at least (P - 1) (f_min + b_min) =
 /// (P - 1) 11/12 t_min (a forward is 1/4 to 1/3 of a stage time, a backward the rest), on top of
 /// its busy time, which is at least the busy or the joint bound; and the micro-batch that holds a
-/// sequence runs on all P stages in turn, P t_i. `b` itself when stages = 1.
+/// sequence runs on all P stages in turn, P t_i, and orders its units' other work around that
+/// path (`around_s`, computed with the bounds). `b` itself when stages = 1.
 inline batch_bounds pipelined(batch_bounds b, int stages) noexcept {
   if (stages <= 1) return b;
-  const double P = stages, bubble = (P - 1) * 11.0 / 12.0 * b.shortest_s, through = P * b.longest_s;
+  const double P = stages, bubble = (P - 1) * 11.0 / 12.0 * b.shortest_s;
+  const double through = std::max(P * b.longest_s, b.around_s);
   b.simple_s = std::max(b.busy_s + bubble, through);
   b.joint_s = std::max({b.joint_s + bubble, through, b.simple_s});
   return b;
@@ -99,6 +104,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   }
   struct term {
     double time, floor, share;  // share: of zero3's per-step floor (`step_floor_share`), 0 without
+    int sp;
   };
   std::vector<term> terms;  // the feasible options of every sequence that has no twin before it
   struct priced {  // sequence i's terms and its w and t
@@ -161,12 +167,12 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
           packed = packed_r < packed ? packed_r : packed;
         }
         const double fastest = in_company(load, o) / speed;
-        terms.push_back({fastest, std::max(floor, packed), share});
+        terms.push_back({fastest, std::max(floor, packed), share, sp});
         w = std::min(w, floor), t = std::min(t, fastest);
         continue;
       }
       const double floor = least_work_floor(cost, load, sp, k);
-      term x{in_company(load, o) / speed, floor, share};
+      term x{in_company(load, o) / speed, floor, share, sp};
       // The joint bound takes the tighter packed floor where the cost model has one.
       if constexpr (requires { cost.packed_work_floor(load, sp, k); }) {
         double packed = cost.packed_work_floor(load, sp, k);
@@ -190,6 +196,32 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   out.busy_s = std::max(work, shares) / capacity;
   out.longest_s = longest;
   out.shortest_s = std::isfinite(shortest) ? shortest : 0;
+  // Pipelines (DESIGN 4.5): sequence i's micro-batch on s units lasts t >= t_i(s) per stage and
+  // takes P t to pass the stages; stage 0 of each of its units runs the forwards of its earlier
+  // micro-batches before it and the backwards of its later ones after it (any warmup depth), each
+  // at least a quarter of a stage time, so T >= P t + x / (4 s) with x the other micro-batches'
+  // seconds on those s units, and T >= (R - x) / (U - s) on the other units (equal speeds). R is
+  // the other sequences' floors less what fits beside i at no extra time, s t - W'_i(s) (packing
+  // more lengthens the path faster than it shortens the rest). The least over x, then over i's
+  // options, bounds every plan; the largest over i is `around_s`.
+  if (const int stages = cost.layout().pp; stages > 1 && speeds.empty()) {
+    const double P = stages, U = cost.gpus();
+    for (const priced& p : ranges) {
+      double least = std::numeric_limits<double>::infinity();
+      for (std::size_t o = p.first; o < p.last; ++o) {
+        const double s = terms[o].sp, t = terms[o].time;
+        const double rest = std::max(0.0, work - p.w - std::max(0.0, s * t - terms[o].floor));
+        double at = P * t + rest / (4 * s);  // every unit holds i: all the rest is around its path
+        if (s < U) {
+          const double a = 1 / (4 * s), c = 1 / (U - s);
+          const double x = std::clamp((c * rest - P * t) / (a + c), 0.0, rest);
+          at = std::max(P * t + a * x, c * (rest - x));
+        }
+        least = std::min(least, at);
+      }
+      out.around_s = std::max(out.around_s, least);
+    }
+  }
   // zero3: no step is shorter than its gather floor, and a step holds at most x_max tokens per
   // unit, so the batch needs at least sum_i share_i unit-seconds (DESIGN section 3).
   out.simple_s = std::max({work / capacity, longest, shares / capacity});

@@ -187,8 +187,13 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
             const plan_step& s = p.steps[q];
             if (s.checkpointed_blocks >= L) return;
             const double others = total - s.memory_bytes;
-            int k = s.checkpointed_blocks + 1;
-            while (k < L && others + cost.memory(loads[q], s.sp(), k) > cap) ++k;
+            // Memory does not grow with k (the cost model's law): the fewest k that fits, by halves.
+            int lo = s.checkpointed_blocks + 1, hi = L;
+            while (lo < hi) {
+              const int mid = lo + (hi - lo) / 2;
+              others + cost.memory(loads[q], s.sp(), mid) > cap ? lo = mid + 1 : hi = mid;
+            }
+            const int k = lo;
             const double freed = s.memory_bytes - cost.memory(loads[q], s.sp(), k);
             if (!(freed > 0)) return;
             const double added =
