@@ -178,6 +178,16 @@ std::vector<dcp::sequence> text_batch(dcp_test::rng& r, std::int64_t count, std:
   return out;
 }
 
+// The plans of dcp and of every baseline (tuned on the batch) for `batch` on `cost`.
+std::vector<dcp::plan> every_planner(const dcp::analytic_cost& cost, std::span<const dcp::sequence> batch) {
+  std::vector<dcp::plan> plans;
+  plans.push_back(dcp::dcp_planner{}.plan(cost, batch));
+  plans.push_back(dcp::tune(dcp::bucket_planner{}, cost, batch).plan(cost, batch));
+  plans.push_back(dcp::tune(dcp::packed_planner{}, cost, batch).plan(cost, batch));
+  plans.push_back(dcp::tune(dcp::dynamic_cp_planner{}, cost, batch).plan(cost, batch));
+  return plans;
+}
+
 TEST(PipelinePlans, EveryPlannerIsValidOnRandomJobs) {
   dcp_test::rng r(0x5747);
   for (int trial = 0; trial < 8; ++trial) {
@@ -188,11 +198,7 @@ TEST(PipelinePlans, EveryPlannerIsValidOnRandomJobs) {
     const auto batch = text_batch(r, r.between(8, 96), 65536);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) + ", tp = " + std::to_string(tp) +
                  ", gpus = " + std::to_string(gpus) + ", " + std::to_string(batch.size()) + " sequences");
-    std::vector<dcp::plan> plans;
-    plans.push_back(dcp::dcp_planner{}.plan(cost, batch));
-    plans.push_back(dcp::tune(dcp::bucket_planner{}, cost, batch).plan(cost, batch));
-    plans.push_back(dcp::tune(dcp::packed_planner{}, cost, batch).plan(cost, batch));
-    plans.push_back(dcp::tune(dcp::dynamic_cp_planner{}, cost, batch).plan(cost, batch));
+    const auto plans = every_planner(cost, batch);
     for (const auto& p : plans) {
       EXPECT_EQ(p.layout.pp, pp);
       const auto bad = dcp::plan_violations(p, batch, cost);
@@ -244,11 +250,7 @@ TEST(PipelinePlans, ASequenceOnEveryUnitOrdersTheRestAroundItsPath) {
     auto without = one;
     without.around_s = 0;
     raised += staged.joint_s > dcp::pipelined(without, pp).joint_s;
-    std::vector<dcp::plan> plans;
-    plans.push_back(dcp::dcp_planner{}.plan(cost, batch));
-    plans.push_back(dcp::tune(dcp::bucket_planner{}, cost, batch).plan(cost, batch));
-    plans.push_back(dcp::tune(dcp::packed_planner{}, cost, batch).plan(cost, batch));
-    plans.push_back(dcp::tune(dcp::dynamic_cp_planner{}, cost, batch).plan(cost, batch));
+    const auto plans = every_planner(cost, batch);
     for (const auto& p : plans) {
       const auto bad = dcp::plan_violations(p, batch, cost);
       EXPECT_TRUE(bad.empty()) << p.method << ": " << (bad.empty() ? "" : bad.front());

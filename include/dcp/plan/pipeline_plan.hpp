@@ -15,9 +15,9 @@
 ///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
 ///     min(d (P - 1) + 1, p + 1) micro-batches; where their memory passes the capacity, the
 ///     micro-batch of the window that frees bytes for the fewest added seconds per byte
-///     checkpoints more blocks (the fewest that make the window fit, or all), then the next; where every one
-///     checkpoints all its blocks and the window still does not fit, a new round starts at the step (a pipeline flush:
-///     nothing is then in flight).
+///     checkpoints more blocks (the fewest that make the window fit, or all), then the next;
+///     where every one checkpoints all its blocks and the window still does not fit, a new round
+///     starts at the step (a pipeline flush: nothing is then in flight).
 ///  3. Time: the schedule (`schedule_pipeline`) on the cost model's clock; where the orders
 ///     deadlock, a new round starts at the first step that could not run. Each step's start is
 ///     its forward's on stage 0, and the makespan the last backward's end.

@@ -8,19 +8,20 @@
 /// steps, in plan order, as one 1F1B schedule per stage: stage s of a unit with m steps first runs
 /// w = min(d (P - 1 - s), m) forwards, then alternates the next forward and the oldest backward,
 /// then runs the backwards left. d is the plan's `warmup_depth`: 1 is Megatron's non-interleaved
-/// 1F1B; a deeper warmup lets stage 0 run ahead while a long micro-batch travels the later stages,
-/// at the memory of more micro-batches in flight. An operation of a gang step
-/// starts when every member has reached it in its own order and is free on that stage, and its
-/// input has arrived: F(s) after F(s - 1) ended plus the transfer, B(s) after B(s + 1) ended plus
+/// 1F1B; a deeper warmup lets stage 0 run ahead while a long micro-batch travels the later
+/// stages, at the memory of more micro-batches in flight. An operation of a gang step starts when
+/// every member has reached it in its own order and is free on that stage, and its input has
+/// arrived: F(s) after F(s - 1) ended plus the transfer, B(s) after B(s + 1) ended plus
 /// the transfer, B(P - 1) after F(P - 1) ended. Rounds stay barriers: nothing of round r + 1
 /// starts before every operation of round r has ended. Orders that wait on each other (two
 /// members reaching two shared steps in different orders) deadlock; `schedule_pipeline` says so.
 ///
 /// Memory: stage s of a unit holds the micro-batches whose forward has run there and whose
 /// backward has not; during the forward of its p-th step, the schedule has run the backwards of
-/// all but the last min(d (P - 1 - s) + 1, p + 1) steps, so stage 0 holds the most. Its in-flight memory there is
-/// M_static + sum over that window of (M_j - M_static): every micro-batch's own bytes counted in
-/// full (its stored activations and its working set, an upper bound).
+/// all but the last min(d (P - 1 - s) + 1, p + 1) steps, so stage 0 holds the most. Its
+/// in-flight memory there is M_static + sum over that window of (M_j - M_static): every
+/// micro-batch's own bytes counted in full (its stored activations and its working set, an upper
+/// bound).
 
 #include <algorithm>
 #include <cstddef>
