@@ -194,7 +194,7 @@ inline dcp::shard stage_blocks(int blocks, int stages, int stage) { return dcp::
 
 /// One training step of a pipelined plan (pp > 1; collective over `sched.world()`): this rank
 /// runs its stage's share of each of its micro-steps, forwards and backwards in the order
-/// `pipeline_for` gives (1F1B). A forward takes the embeddings (first stage) or the previous
+/// `pipeline_for` gives (1F1B at the plan's warmup depth). A forward takes the embeddings (first stage) or the previous
 /// stage's activations of this rank's token shard, runs the stage's blocks (the step's first k
 /// recomputed) and sends the result on, or, on the last stage, takes the weighted loss. A
 /// backward takes the next stage's gradient (or starts from the loss) and sends its input's

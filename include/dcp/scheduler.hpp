@@ -26,8 +26,8 @@
 /// and `tp_group()`, `ep_group()`, `data_parallel_group()` (reduce dense gradients over it instead
 /// of the world) and `expert_data_parallel_group()` are the run's fixed groups (DESIGN 4.4).
 /// With pipeline stages (a cost model whose layout has pp > 1) `pipeline_for(plan)` gives a rank
-/// its stage, its steps, their forwards and backwards in 1F1B order and its neighbours' ranks
-/// (DESIGN 4.5).
+/// its stage, its steps, their forwards and backwards in 1F1B order (at the plan's warmup depth)
+/// and its neighbours' ranks (DESIGN 4.5).
 
 #include <algorithm>
 #include <cmath>
@@ -391,9 +391,10 @@ class scheduler {
 
   /// Collective like `steps_for`: this rank's share of a pipelined plan (pp > 1; DESIGN section
   /// 4.5). Its stage, its steps (as `steps_for`: groups of its stage's matching units), the order
-  /// to run their forwards and backwards in (1F1B per round, what the plan's schedule timed), and
-  /// the GPUs it exchanges activations (forward) and their gradients (backward) with on the
-  /// neighbouring stages: the same unit and TP rank, one stage before and after.
+  /// to run their forwards and backwards in (1F1B per round at the plan's warmup depth, what the
+  /// plan's schedule timed), and the GPUs it exchanges activations (forward) and their gradients
+  /// (backward) with on the neighbouring stages: the same unit and TP rank, one stage before and
+  /// after.
   pipeline_work<Comm> pipeline_for(const dcp::plan& p) {
     pipeline_work<Comm> w;
     w.stages = layout().pp;

@@ -1013,7 +1013,8 @@ NB_MODULE(_dcp, m) {
           },
           "plan"_a, "rank"_a = nb::none(),
           "`rank`'s share of a pipelined plan (the cost's pp): its stage, its steps, the (step position, "
-          "'forward' | 'backward') operations in 1F1B order, and the ranks one stage before and after (-1: none).")
+          "'forward' | 'backward') operations in 1F1B order at the plan's warmup depth, and the ranks one stage before "
+          "and after (-1: none).")
       .def(
           "process_groups", [](const python_scheduler& s, const dcp::plan& p) { return process_groups_of(s.sched, p); },
           "plan"_a,
