@@ -144,9 +144,7 @@ void checkpoint(plan_step& s, const C& cost, const typename C::load_type& load, 
   s.time_s = time_with_ring(cost, load, s.sp(), k, s.ring) / block_speed(speeds, s.ranks);
   s.memory_bytes = cost.memory(load, s.sp(), k);
 }
-}  // namespace detail
 
-namespace detail {
 /// Parts 2 and 3 of `pipeline_plan` at `p.warmup_depth`: the recompute and flushes memory in
 /// flight needs, then the schedule's times, with a flush wherever the orders deadlock. `loads[j]`
 /// and `transfer[j]` are step j's load and stage transfer (neither changes with its recompute).
@@ -174,7 +172,7 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
           for (std::size_t q : w) sum += p.steps[q].memory_bytes - stat;
           return sum;
         };
-        while (held() > cap) {
+        for (double total = held(); total > cap; total = held()) {
           // Of the window's micro-batches that can checkpoint more, the one that frees bytes for
           // the fewest added seconds per byte, each at the fewest blocks that make the window fit
           // (all of them where no count does): long sequences recompute attention at a higher
@@ -182,7 +180,6 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
           std::size_t pick = j;
           int pick_k = -1;
           double cheapest = std::numeric_limits<double>::infinity();
-          const double total = held();
           auto consider = [&](std::size_t q) {
             const plan_step& s = p.steps[q];
             if (s.checkpointed_blocks >= L) return;
