@@ -32,6 +32,7 @@
 #include <deque>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
@@ -136,6 +137,16 @@ inline void order_short_ends(plan& p) {
   p.steps = std::move(out);
 }
 
+/// `memory(load, k)` of `cost` on `sp` GPUs: the cost model's `memory_at(sp)` where it has one
+/// (its per-size constants computed once), else `cost.memory`.
+template <cost_model C>
+auto memory_of(const C& cost, int sp) {
+  if constexpr (requires { cost.memory_at(sp)(std::declval<const typename C::load_type&>(), 0); })
+    return cost.memory_at(sp);
+  else
+    return [&cost, sp](const typename C::load_type& l, int k) { return cost.memory(l, sp, k); };
+}
+
 /// Re-prices step `s`, whose load is `load`, with `k` checkpointed blocks.
 template <cost_model C>
 void checkpoint(plan_step& s, const C& cost, const typename C::load_type& load, std::span<const double> speeds,
@@ -185,13 +196,14 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
             if (s.checkpointed_blocks >= L) return;
             const double others = total - s.memory_bytes;
             // Memory does not grow with k (the cost model's law): the fewest k that fits, by halves.
+            const auto memory = memory_of(cost, s.sp());
             int lo = s.checkpointed_blocks + 1, hi = L;
             while (lo < hi) {
               const int mid = lo + (hi - lo) / 2;
-              others + cost.memory(loads[q], s.sp(), mid) > cap ? lo = mid + 1 : hi = mid;
+              others + memory(loads[q], mid) > cap ? lo = mid + 1 : hi = mid;
             }
             const int k = lo;
-            const double freed = s.memory_bytes - cost.memory(loads[q], s.sp(), k);
+            const double freed = s.memory_bytes - memory(loads[q], k);
             if (!(freed > 0)) return;
             const double added =
                 time_with_ring(cost, loads[q], s.sp(), k, s.ring) / block_speed(p.speeds, s.ranks) - s.time_s;
@@ -235,6 +247,28 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
 }
 }  // namespace detail
 
+namespace detail {
+/// What parts 2 and 3 change of a step.
+struct step_state {
+  int round = 0, checkpointed_blocks = 0;
+  double time_s = 0, memory_bytes = 0, start_s = 0;
+};
+inline std::vector<step_state> states_of(const plan& p) {
+  std::vector<step_state> out;
+  out.reserve(p.steps.size());
+  for (const auto& s : p.steps) out.push_back({s.round, s.checkpointed_blocks, s.time_s, s.memory_bytes, s.start_s});
+  return out;
+}
+inline void restore(plan& p, const std::vector<step_state>& states) {
+  for (std::size_t j = 0; j < p.steps.size(); ++j) {
+    const step_state& x = states[j];
+    plan_step& s = p.steps[j];
+    s.round = x.round, s.checkpointed_blocks = x.checkpointed_blocks;
+    s.time_s = x.time_s, s.memory_bytes = x.memory_bytes, s.start_s = x.start_s;
+  }
+}
+}  // namespace detail
+
 /// The deepest warmup `pipeline_order::short_ends` tries: stage 0 then holds up to 3 (P - 1) + 1
 /// micro-batches.
 inline constexpr int deepest_warmup = 3;
@@ -256,15 +290,21 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
     transfer.push_back(cost.stage_transfer(loads.back(), s.sp()));
   }
   if (order == pipeline_order::short_ends) {
-    // 4. The warmup: depths 1, 2, ... while each ends sooner than the one before.
-    const plan ordered = p;
+    // 4. The warmup: depths 1, 2, ... while each ends sooner than the one before. Parts 2 and 3
+    // change only what `detail::step_state` keeps, so each depth starts from the ordered steps'.
+    const auto ordered = detail::states_of(p);
     detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
     for (int d = 2; d <= deepest_warmup; ++d) {
-      plan deeper = ordered;
-      deeper.warmup_depth = d;
-      detail::fit_and_time(deeper, cost, std::span<const typename C::load_type>(loads), transfer);
-      if (!(deeper.makespan_s < p.makespan_s)) break;
-      p = std::move(deeper);
+      auto best = detail::states_of(p);
+      const double best_makespan = p.makespan_s;
+      detail::restore(p, ordered);
+      p.warmup_depth = d;
+      detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
+      if (!(p.makespan_s < best_makespan)) {
+        detail::restore(p, best);
+        p.warmup_depth = d - 1, p.makespan_s = best_makespan;
+        break;
+      }
     }
   } else {
     detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);

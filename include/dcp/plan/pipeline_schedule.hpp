@@ -88,16 +88,31 @@ struct pipeline_op {
   friend bool operator==(const pipeline_op&, const pipeline_op&) = default;
 };
 
+namespace detail {
+/// The forwards stage `stage` of `stages` runs before its first backward, of m micro-batches at
+/// warmup depth `depth`: d (P - 1 - s), at most m.
+inline std::size_t warmup_forwards(std::size_t m, int stage, int stages, int depth) noexcept {
+  return std::min(static_cast<std::size_t>(depth) * static_cast<std::size_t>(stages - 1 - stage), m);
+}
+/// Operation t (of 2 m) of the 1F1B order of `list` with w warmup forwards: the w forwards, then
+/// forward w + i and backward i in turn, then the last w backwards.
+inline pipeline_op one_f_one_b_at(std::span<const std::size_t> list, std::size_t w, std::size_t t) noexcept {
+  const std::size_t m = list.size();
+  if (t < w) return {list[t], false};
+  const std::size_t i = t - w, steady = 2 * (m - w);
+  if (i < steady) return i % 2 == 0 ? pipeline_op{list[w + i / 2], false} : pipeline_op{list[i / 2], true};
+  return {list[m - w + (i - steady)], true};
+}
+}  // namespace detail
+
 /// The 1F1B order of one unit's steps `list` (one round, plan order) on stage `stage` of
 /// `stages` with warmup depth `depth`: w = min(depth (P - 1 - s), m) forwards, then the next
 /// forward and the oldest backward in turn, then the backwards left.
 inline std::vector<pipeline_op> one_f_one_b(std::span<const std::size_t> list, int stage, int stages, int depth = 1) {
-  const std::size_t m = list.size(), w = std::min(static_cast<std::size_t>(depth * (stages - 1 - stage)), m);
+  const std::size_t w = detail::warmup_forwards(list.size(), stage, stages, depth);
   std::vector<pipeline_op> seq;
-  seq.reserve(2 * m);
-  for (std::size_t i = 0; i < w; ++i) seq.push_back({list[i], false});
-  for (std::size_t i = 0; i + w < m; ++i) seq.push_back({list[w + i], false}), seq.push_back({list[i], true});
-  for (std::size_t i = m - w; i < m; ++i) seq.push_back({list[i], true});
+  seq.reserve(2 * list.size());
+  for (std::size_t t = 0; t < 2 * list.size(); ++t) seq.push_back(detail::one_f_one_b_at(list, w, t));
   return seq;
 }
 
@@ -144,19 +159,27 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
   std::vector<char> input(n * P * 2, 0);       // its input has arrived
   std::vector<double> input_at(n * P * 2, 0);  // when
   std::vector<char> done(n * P * 2, 0);
+  std::vector<rank_block> block(n);  // the steps' units, apart from the rest of the plan's steps
+  for (std::size_t j = 0; j < n; ++j) block[j] = p.steps[j].ranks;
   double barrier = 0;
-  for (const auto& [round, lists] : detail::unit_lists(p)) {
+  for (const auto& entry : detail::unit_lists(p)) {
+    const int round = entry.first;
+    const auto& lists = entry.second;  // a reference the lambdas below may capture (clang 14)
     const std::size_t units = lists.size();
-    // Each (stage, unit)'s operations in 1F1B order.
-    std::vector<std::vector<std::size_t>> order(P * units);
-    std::vector<std::size_t> at(P * units, 0);
+    // Each (stage, unit)'s operations in 1F1B order, op t of (s, u) computed where it is needed.
+    std::vector<std::size_t> warm(P * units), at(P * units, 0);
     std::vector<double> free(P * units, barrier);
     for (std::size_t s = 0; s < P; ++s)
       for (std::size_t u = 0; u < units; ++u)
-        for (const pipeline_op& o : one_f_one_b(lists[u], static_cast<int>(s), stages, p.warmup_depth))
-          order[s * units + u].push_back(op(o.step, s, o.backward ? 1 : 0));
+        warm[s * units + u] = detail::warmup_forwards(lists[u].size(), static_cast<int>(s), stages, p.warmup_depth);
+    auto op_of = [&](std::size_t i, std::size_t t) {
+      const std::size_t s = i / units;
+      const pipeline_op o = detail::one_f_one_b_at(lists[i % units], warm[i], t);
+      return op(o.step, s, o.backward ? 1 : 0);
+    };
+    auto count = [&](std::size_t i) { return 2 * lists[i % units].size(); };
     std::vector<std::size_t> ready;
-    auto members = [&](std::size_t o) { return p.steps[o / 2 / P].ranks.size; };
+    auto members = [&](std::size_t o) { return block[o / 2 / P].size; };
     auto arrive = [&](std::size_t o) {
       if (++arrived[o] == members(o) && input[o]) ready.push_back(o);
     };
@@ -170,8 +193,8 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
     std::sort(steps.begin(), steps.end());
     steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
     for (std::size_t j : steps) feed(op(j, 0, 0), barrier);
-    for (std::size_t i = 0; i < order.size(); ++i)
-      if (!order[i].empty()) arrive(order[i].front());
+    for (std::size_t i = 0; i < P * units; ++i)
+      if (count(i) > 0) arrive(op_of(i, 0));
     std::size_t ran = 0;
     const std::size_t expected = 2 * P * steps.size();
     double round_end = barrier;
@@ -180,18 +203,17 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
       ready.pop_back();
       const std::size_t j = o / 2 / P, s = o / 2 % P;
       const int d = static_cast<int>(o % 2);
-      const plan_step& st = p.steps[j];
+      const rank_block b = block[j];
       double start = input_at[o];
-      for (int u = st.ranks.first; u < st.ranks.end(); ++u)
-        start = std::max(start, free[s * units + static_cast<std::size_t>(u)]);
+      for (int u = b.first; u < b.end(); ++u) start = std::max(start, free[s * units + static_cast<std::size_t>(u)]);
       const double end = start + (d == 0 ? times[j].forward_s : times[j].backward_s);
       (d == 0 ? out.forward : out.backward)[j * P + s] = {start, end};
       done[o] = 1, ++ran;
       round_end = std::max(round_end, end);
-      for (int u = st.ranks.first; u < st.ranks.end(); ++u) {
+      for (int u = b.first; u < b.end(); ++u) {
         const std::size_t i = s * units + static_cast<std::size_t>(u);
         free[i] = end;
-        if (++at[i] < order[i].size()) arrive(order[i][at[i]]);
+        if (++at[i] < count(i)) arrive(op_of(i, at[i]));
       }
       const double x = times[j].transfer_s;
       if (d == 0)
