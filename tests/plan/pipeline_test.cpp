@@ -2,7 +2,8 @@
 // independent fixed-point solver of the same rules; every planner's plans on random pp > 1 jobs
 // valid (every sequence once, memory in flight within capacity, starts from the schedule, above
 // the pipeline bounds); orders that deadlock named and repaired by a flush; the executor on the
-// planner's own clock reproducing the plan; stage models and layouts that are wrong named.
+// planner's own clock reproducing the plan; the dcp planner's pipeline knobs honoured, tuned and
+// checked; stage models and layouts that are wrong named.
 
 #include <algorithm>
 #include <cmath>
@@ -284,6 +285,93 @@ TEST(PipelinePlans, RecomputeFollowsTheMicroBatchesInFlight) {
   EXPECT_GT(raised, 0) << "no step checkpoints a block, though four such steps exceed the memory together";
   // Executed on its own clock, none runs out of memory.
   EXPECT_EQ(dcp::sim::execute(p, dcp::sim::truth<dcp::analytic_cost>{cost}).oom_steps, 0);
+}
+
+TEST(PipelineKnobs, RoomAndPathCapShapeTheMicroBatches) {
+  // Random jobs at random knobs: every plan valid and above its bound; every step that packs
+  // sequences together leaves memory for room x P like it in flight; and a smaller path cap never
+  // leaves the batch's longest sequence on a narrower block (at least once a wider one).
+  dcp_test::rng r(0x9a7c);
+  int widened = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    const int pp = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4}));
+    const auto cost = piped(dcp::models::llama3_8b(), 16 * pp, 1, pp);
+    const auto batch = text_batch(r, r.between(16, 96), 131072);
+    const auto longest = std::max_element(batch.begin(), batch.end(),
+                                          [](const auto& a, const auto& b) { return a.spatial < b.spatial; });
+    std::vector<int> longest_sp;
+    for (double cap : {64.0, 4.0, 0.5}) {
+      dcp::dcp_planner planner;
+      planner.pipeline = {cap, static_cast<int>(r.pick(std::vector<std::int64_t>{1, 2, 4, 8}))};
+      SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) + ", path cap " +
+                   std::to_string(cap) + ", room " + std::to_string(planner.pipeline.room));
+      const auto p = planner.plan(cost, batch);
+      const auto bad = dcp::plan_violations(p, batch, cost);
+      EXPECT_TRUE(bad.empty()) << (bad.empty() ? "" : bad.front());
+      EXPECT_GE(p.makespan_s, p.joint_lower_bound_s * (1 - 1e-12));
+      const double held = cost.static_memory(), in_flight = planner.pipeline.room * pp;
+      for (const auto& st : p.steps) {
+        if (st.sequences.size() < 2) continue;
+        EXPECT_LE(held + in_flight * (st.memory_bytes - held), cost.capacity() * (1 + 1e-12))
+            << st.sequences.size() << " sequences packed into a step with no room for " << in_flight << " in flight";
+      }
+      for (const auto& st : p.steps)
+        for (const auto& q : st.sequences)
+          if (q.id == longest->id) longest_sp.push_back(st.sp());
+    }
+    ASSERT_EQ(longest_sp.size(), 3u) << "the longest sequence is planned once per cap";
+    EXPECT_LE(longest_sp[0], longest_sp[1]);
+    EXPECT_LE(longest_sp[1], longest_sp[2]);
+    widened += longest_sp[2] > longest_sp[0];
+  }
+  EXPECT_GT(widened, 0) << "no path cap ever widened the longest sequence: the cap does nothing";
+}
+
+TEST(PipelineKnobs, TuningKeepsTheFastestPairAndIgnoresTheDataOrder) {
+  dcp_test::rng r(0x70e5);
+  const auto cost = piped(dcp::models::llama3_8b(), 32, 1, 4);
+  std::vector<dcp::sequence> data = text_batch(r, 600, 65536);
+  const std::int64_t budget = 1 << 21;
+  const auto tuned = dcp::tune(dcp::dcp_planner{}, cost, data, budget);
+  auto shuffled = data;
+  std::reverse(shuffled.begin(), shuffled.end());
+  EXPECT_EQ(dcp::tune(dcp::dcp_planner{}, cost, shuffled, budget), tuned);
+  // A pair of the grid (or the planner's own), no slower on the tuning epoch than the defaults.
+  const bool on_grid = std::find(dcp::path_cap_candidates.begin(), dcp::path_cap_candidates.end(),
+                                 tuned.pipeline.path_cap) != dcp::path_cap_candidates.end() &&
+                       std::find(dcp::room_candidates.begin(), dcp::room_candidates.end(), tuned.pipeline.room) !=
+                           dcp::room_candidates.end();
+  EXPECT_TRUE(on_grid || tuned.pipeline == dcp::pipeline_knobs{}) << tuned;
+  const auto epoch = dcp::tuning_batches(cost, std::span<const dcp::sequence>(data), budget, 0);
+  ASSERT_GT(epoch.size(), 1u);
+  auto seconds = [&](const dcp::dcp_planner& p) {
+    double sum = 0;
+    for (const auto& b : epoch) sum += p.plan(cost, b).makespan_s;
+    return sum;
+  };
+  EXPECT_LE(seconds(tuned), seconds(dcp::dcp_planner{}));
+  EXPECT_EQ(tuned.tuned_setting(cost), "path cap " + std::to_string(static_cast<int>(tuned.pipeline.path_cap)) +
+                                           ", room " + std::to_string(tuned.pipeline.room));
+  // Without stages the knobs do not apply: nothing to tune, nothing to report.
+  const auto flat = piped(dcp::models::llama3_8b(), 8, 1, 1);
+  dcp::dcp_planner mine;
+  mine.pipeline = {3, 5};
+  EXPECT_EQ(dcp::tune(mine, flat, data, budget), mine);
+  EXPECT_EQ(mine.tuned_setting(flat), "");
+}
+
+TEST(PipelineKnobs, KnobsOutOfRangeAreNamed) {
+  const auto cost = piped(dcp::models::llama3_8b(), 16, 1, 2);
+  const std::vector<dcp::sequence> batch{{0, 1, 4096}, {1, 1, 8192}};
+  for (double cap : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    dcp::dcp_planner p;
+    p.pipeline.path_cap = cap;
+    EXPECT_DCP_ERROR((void)p.plan(cost, batch), dcp::errc::invalid_argument, "pipeline_knobs::path_cap", "default 16");
+    EXPECT_DCP_ERROR((void)dcp::tune(p, cost, batch), dcp::errc::invalid_argument, "pipeline_knobs::path_cap");
+  }
+  dcp::dcp_planner p;
+  p.pipeline.room = 0;
+  EXPECT_DCP_ERROR((void)p.plan(cost, batch), dcp::errc::invalid_argument, "pipeline_knobs::room 0", "at least 1");
 }
 
 TEST(PipelineModel, StagesSplitTheBlocksAndTheLayoutIsChecked) {

@@ -311,11 +311,15 @@ static_assert(std::is_same_v<decltype(std::declval<dcp::micro_step<dcp::local_co
 static_assert(dcp::validated_cost_model<dcp::analytic_cost> && dcp::token_limited_cost_model<dcp::analytic_cost>);
 static_assert(dcp::loss_weighting_planner<dcp::dcp_planner> && dcp::skipping_planner<dcp::dcp_planner>);
 static_assert(dcp::loss_weighting_planner<dcp::bucket_planner> && dcp::skipping_planner<dcp::packed_planner>);
-// dcp::tune chooses the static baselines' knobs; the dcp planner has none to tune.
+// dcp::tune chooses the static baselines' knobs and the dcp planner's pipeline knobs.
 static_assert(dcp::tunable_planner<dcp::bucket_planner, dcp::analytic_cost> &&
               dcp::tunable_planner<dcp::packed_planner, dcp::analytic_cost> &&
-              dcp::tunable_planner<dcp::dynamic_cp_planner, dcp::analytic_cost>);
-static_assert(!dcp::tunable_planner<dcp::dcp_planner, dcp::analytic_cost>);
+              dcp::tunable_planner<dcp::dynamic_cp_planner, dcp::analytic_cost> &&
+              dcp::tunable_planner<dcp::dcp_planner, dcp::analytic_cost>);
+// On a cost model alone the dcp planner's own overload (its default context) is chosen, unambiguously.
+static_assert(std::is_same_v<decltype(dcp::tune(dcp::dcp_planner{}, std::declval<const dcp::analytic_cost&>(),
+                                                std::span<const dcp::sequence>{})),
+                             dcp::dcp_planner>);
 
 // Concepts of one axis are checked against the archetypes of the others: every shipped planner
 // and recompute policy takes any cost model, not only the analytic one.

@@ -12,13 +12,14 @@
 ///    where the step still ends within it); placing wide before narrow keeps every block's
 ///    members free at the same instant (no gang gaps);
 /// 4. fluid-level sequences (sp = 1 by default) are assigned longest first to the block of the
-///    level where they end first (the least loaded, where every GPU has one speed), packed per block first-fit-decreasing into micro-steps that need no
-///    recomputation (DCP-inter: every GPU accumulates as many micro-steps as it needs to finish
-///    with the others);
+///    level where they end first (the least loaded, where every GPU has one speed), packed per block
+///    first-fit-decreasing into micro-steps that need no recomputation (DCP-inter: every GPU accumulates as many
+///    micro-steps as it needs to finish with the others);
 /// 5. candidates: sparse batches (under 16 sequences per GPU) also plan with a makespan target
 ///    T from the joint lower bound up: caps at, below and above T, and wider fluid levels (all
 ///    sequences on sp >= s, or on sp = s where they fit, so that few short sequences share a
-///    step); the shortest plan wins;
+///    step); the shortest plan wins. Under pipeline stages (pp > 1) there is one plan, at the
+///    cap and packing room of `pipeline_knobs` (which `dcp::tune` chooses for a workload);
 /// 6. improve: move single sequences from the last block to finish to the first while that
 ///    lowers the makespan, and widen a gang item that is critical, within a deterministic move
 ///    budget (a wall-clock budget would let ranks compute different plans);
@@ -50,12 +51,14 @@
 #include <queue>
 #include <set>
 #include <span>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
 #include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/feasibility.hpp>
@@ -110,6 +113,48 @@ class least_tokens_tree {
   std::vector<double> least_;  // per tree node: the fewest tokens of a step in its range
 };
 
+}  // namespace detail
+
+/// How the dcp planner shapes micro-batches under pipeline stages (pp > 1; DESIGN 4.5). Two
+/// forces pull apart: a long micro-batch holds every later stage up as it passes and the bubble
+/// is P - 1 micro-batches long (so short, alike micro-batches), while a step's efficiency grows
+/// with its tokens per GPU (so not too short). Where the balance lies is the workload's:
+/// `dcp::tune` (`<dcp/workload/tuning.hpp>`) simulates an epoch at each candidate and hands the
+/// best over; the planner plans each batch at the values it is given.
+struct pipeline_knobs {
+  /// No micro-batch's path through the P stages (P times its stage time) outlasts `path_cap`
+  /// times the batch's mean sequence time (its GPU-seconds over its sequences) where a wider block
+  /// avoids it. In these units one value suits a workload at any batch size and stage count (the
+  /// mean tracks the sequences' lengths, not their count; 16 was best or within 2% of it on the
+  /// four runs of DESIGN 4.5, 2 to 8 stages).
+  double path_cap = 16;
+  /// Packing leaves each step memory for `room` x pp micro-batches like it in flight (1F1B's
+  /// stage 0 holds pp; a deeper warmup more), so micro-batches rarely need recompute in the
+  /// pipeline; a sequence too long for that still runs alone in a step of its own.
+  int room = 4;
+
+  /// Throws `dcp::error` naming a value that is not a positive finite path cap or a room of at
+  /// least 1.
+  void validate() const {
+    check(std::isfinite(path_cap) && path_cap > 0, errc::invalid_argument, [&] {
+      std::ostringstream os;
+      os << "pipeline_knobs::path_cap " << path_cap
+         << " must be a positive multiple of the mean sequence time (default 16; dcp::tune chooses one)";
+      return os.str();
+    });
+    check(room >= 1, errc::invalid_argument, [&] {
+      return "pipeline_knobs::room " + std::to_string(room) +
+             " must be at least 1 (micro-batches in flight per stage; default 4; dcp::tune chooses one)";
+    });
+  }
+  friend bool operator==(const pipeline_knobs&, const pipeline_knobs&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const pipeline_knobs& k) {
+    return os << "{path_cap=" << k.path_cap << ", room=" << k.room << "}";
+  }
+};
+
+namespace detail {
+
 template <cost_model C, class Recompute, group_manager G>
 class dcp_planning {
   using load_t = typename C::load_type;
@@ -117,7 +162,7 @@ class dcp_planning {
  public:
   /// `stragglers`: per-unit speed factors beyond the nodes' device speeds (empty = all 1).
   dcp_planning(const planning_context<C, Recompute, G>& ctx, bool inter, bool intra, std::size_t moves,
-               std::span<const double> stragglers = {})
+               std::span<const double> stragglers = {}, pipeline_knobs knobs = {})
       : ctx_(ctx),
         cost_(ctx.cost),
         recompute_(ctx.recompute),
@@ -126,7 +171,8 @@ class dcp_planning {
         intra_(intra),
         moves_(moves),
         stragglers_(stragglers),
-        speeds_(job_speeds(cost_.layout(), stragglers)) {
+        speeds_(job_speeds(cost_.layout(), stragglers)),
+        knobs_(knobs) {
     if constexpr (step_floor_cost_model<C>) step_floor_ = cost_.step_floor();
     dissolving_ = step_floor_ > 0 && inter_;
     // Capacity classes, smallest first: one per distinct node capacity on a mixed cluster (each
@@ -214,7 +260,7 @@ class dcp_planning {
     k_pref_.clear();
     for (std::size_t c = 0; c < classes(); ++c)
       for (int sp : sps_) k_pref_.push_back(choose(cost_.load_of(make_sequence(0, 1)), sp, c).value_or(cost_.blocks()));
-    if constexpr (pipeline_cost_model<C>) in_flight_ = cost_.layout().pp;
+    if constexpr (pipeline_cost_model<C>) in_flight_ = cost_.layout().pp > 1 ? knobs_.room * cost_.layout().pp : 1;
     pack_in_flight(in_flight_);
     // Once: every candidate plan shares them. Under selective recompute the bounds' options are
     // the items' own.
@@ -266,6 +312,13 @@ class dcp_planning {
     // sequence on at least sp = s GPUs, balanced over the blocks of s as sp = 1 sequences are
     // over GPUs, so that few short sequences share steps (a step's efficiency grows with its
     // tokens per GPU). The best one is improved further; all candidates share the bounds.
+    if (cost_.layout().pp > 1 && inter_) {
+      // Pipelines: one plan at the planner's knobs (`pipeline_knobs`; `dcp::tune` finds a
+      // workload's). The cap splits long sequences over wider blocks, so that no micro-batch
+      // holds the later stages up for long as it passes them.
+      setup(knobs_.path_cap * mean_seconds_ / cost_.layout().pp, 0, false);
+      return build(method, norm, 0);
+    }
     setup(share_, 0, false);
     plan best = build(method, norm, 0);
     if (inter_) {
@@ -287,33 +340,7 @@ class dcp_planning {
           attempt(target, target, level, true);
         }
       }
-      if (const int stages = cost_.layout().pp; stages > 1) {
-        // Pipelines: a long micro-batch holds every later stage up as it passes, and the bubble
-        // is (P - 1) micro-batches long. Caps of 1/2, 1/4, ..., 1/16P of the fair share split
-        // long sequences over wider blocks; packing rooms of 1/2P, 1/4P and 1/8P of the
-        // activation memory make micro-batches smaller, each costing a little efficiency. The
-        // pipelined makespan decides: first the cap (makespans are not unimodal in it, so every
-        // one is tried), then the room at that cap and half of it, the rooms' walk stopping after
-        // two in a row that do not shorten the plan.
-        double best_f = 1;
-        for (double f = 0.5; f >= 1.0 / (16 * stages); f /= 2) {
-          const double before = best.makespan_s;
-          attempt(share_ * f, 0, 0, false);
-          if (best.makespan_s < before) best_f = f;
-        }
-        const double cap = share_ * best_f;
-        int best_in_flight = in_flight_;
-        for (int room = 2, misses = 0; room <= 8 && misses < 2; room *= 2) {
-          pack_in_flight(stages * room);
-          const double before = best.makespan_s;
-          for (double c : {cap, cap / 2}) attempt(c, 0, 0, false);
-          best.makespan_s < before ? (best_in_flight = in_flight_, misses = 0) : ++misses;
-        }
-        pack_in_flight(best_in_flight);
-      }
-      // Under pp > 1 a step's end is not its start plus its time (the schedule interleaves
-      // micro-batches), so the flat critical path it widens is not there: the caps above widen.
-      if (cost_.layout().pp == 1) best = widen_critical(std::move(best), method, norm);
+      best = widen_critical(std::move(best), method, norm);
     }
     return best;
   }
@@ -477,6 +504,7 @@ class dcp_planning {
       for (double v : speeds_) capacity += v;
     }
     share_ = total / capacity;
+    mean_seconds_ = items_.empty() ? 0 : total / static_cast<double>(items_.size());
     best_cap_ = share_, best_target_ = 0, best_fluid_ = 0, best_uniform_ = false;
   }
   /// Step 2, against a cap on any one step's time: a sequence whose most GPU-efficient option
@@ -990,6 +1018,7 @@ class dcp_planning {
   std::span<const double> stragglers_;  // per unit, beyond the nodes' speeds; empty = all 1
   std::vector<double> speeds_;          // per unit: node speed times straggler (`job_speeds`); empty = all 1
   bool uniform_ = true;                 // no speeds and one capacity class
+  pipeline_knobs knobs_;                // under pp > 1
   // Capacity classes (smallest first) on a mixed cluster: the nodes' distinct capacities and the
   // cost model with every node of each; none elsewhere (the one class is `cost_`).
   std::vector<double> class_raw_;
@@ -1007,13 +1036,14 @@ class dcp_planning {
   std::vector<int> sps_;
   std::vector<int> k_pref_;              // per class and legal sp: `k_pref`
   std::vector<double> token_room_;       // per class and legal sp, with memory_by_tokens: `token_room`
-  int in_flight_ = 1;                    // micro-batches a packed step shares memory with: pp, or more
+  int in_flight_ = 1;                    // micro-batches a packed step shares memory with (room x pp)
   double static_bytes_ = 0;              // the cost model's static memory (under pp > 1)
   std::vector<std::int64_t> level_cap_;  // per legal sp: tokens of the largest step at the preferred recompute level
   std::size_t fluid_ = 0;                 // index into sps_ of the fluid level
   std::size_t best_fluid_ = 0;            // and the best candidate's
   bool best_uniform_ = false;             // whether the best candidate narrowed wide choices to its level
   double share_ = 0;     // GPU-seconds of the batch per GPU
+  double mean_seconds_ = 0;  // GPU-seconds of the batch per sequence
   double cap_ = 0;       // no single step should outlast it (the share, or a makespan target)
   double best_cap_ = 0;     // the cap of the best candidate plan
   double best_target_ = 0;  // and its gang target (0 = earliest free block)
@@ -1032,6 +1062,7 @@ struct dcp_planner {
   std::vector<double> speeds;        ///< per-GPU speed factors (straggler-aware); empty = all 1
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
+  pipeline_knobs pipeline;  ///< micro-batch shape under pp > 1; `dcp::tune` chooses a workload's
 
   std::string name() const {
     if (!inter && !intra) return "dcp-no-inter-no-intra";
@@ -1043,7 +1074,8 @@ struct dcp_planner {
   template <any_planning_context Ctx>
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
     ctx.validate();
-    detail::dcp_planning planning(ctx, inter, intra, improve_moves, speeds);
+    pipeline.validate();
+    detail::dcp_planning planning(ctx, inter, intra, improve_moves, speeds, pipeline);
     dcp::plan best = planning.run(batch, loss, on_infeasible, name());
     // Blocks of other sizes do not nest with the powers of two (a block of 5 in a node of 8
     // overlaps the blocks of 2 and 4 of both halves), so gang placement can fragment a node where
@@ -1062,7 +1094,7 @@ struct dcp_planner {
                             best.makespan_s > planning.bounds_on(aligned.groups).joint_s * (1 + 1e-12);
         if (may_beat_it) {
           // Skipping, so that a sequence only a wider size holds costs this plan, not an error.
-          detail::dcp_planning again(aligned, inter, intra, improve_moves, speeds);
+          detail::dcp_planning again(aligned, inter, intra, improve_moves, speeds, pipeline);
           dcp::plan p = again.run(batch, loss, infeasible_policy::skip, name());
           if (p.skipped.size() == best.skipped.size() && p.makespan_s < best.makespan_s * (1 - 1e-12)) {
             p.lower_bound_s = best.lower_bound_s, p.joint_lower_bound_s = best.joint_lower_bound_s;
@@ -1080,11 +1112,21 @@ struct dcp_planner {
     return plan_on_default_groups(*this, cost, batch, recompute);
   }
 
+  /// "path cap 16, room 4" under pipeline stages (its `pipeline` knobs), else "": the tuned
+  /// setting, for reports.
+  template <cost_model C>
+  std::string tuned_setting(const C& cost) const {
+    if (cost.layout().pp <= 1) return "";
+    std::ostringstream os;
+    os << "path cap " << pipeline.path_cap << ", room " << pipeline.room;
+    return os.str();
+  }
+
   friend bool operator==(const dcp_planner&, const dcp_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const dcp_planner& p) {
     return os << "dcp_planner{inter=" << p.inter << ", intra=" << p.intra << ", improve_moves=" << p.improve_moves
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << ", speeds=" << p.speeds.size()
-              << " factors}";
+              << " factors, pipeline=" << p.pipeline << "}";
   }
 };
 

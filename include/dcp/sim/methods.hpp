@@ -93,8 +93,8 @@ inline void validate_method(std::string_view name, bool on_truth = false) {
 }
 
 /// Calls `f(planner, tune_seconds)` with the planner `name` stands for, tuned in `ctx` on `data`
-/// (the whole dataset) when it is a tuned method (bucket, packed, dynamic_cp). Returns what `f`
-/// returns.
+/// (the whole dataset) when it is a tuned method (bucket, packed, dynamic_cp; the dcp methods'
+/// pipeline knobs where the context has pp > 1). Returns what `f` returns.
 template <any_planning_context Ctx, class F>
 decltype(auto) with_method(std::string_view name, const Ctx& ctx, std::span<const sequence> data,
                            const method_settings& s, F&& f) {
@@ -105,7 +105,11 @@ decltype(auto) with_method(std::string_view name, const Ctx& ctx, std::span<cons
     p.intra = name.find("no-intra") == std::string_view::npos;
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
-    return f(p, 0.0);
+    if (ctx.cost.layout().pp == 1) return f(p, 0.0);
+    // Under pipelines its micro-batch shape, tuned as the baselines' knobs are.
+    const auto t0 = std::chrono::steady_clock::now();
+    p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
+    return f(p, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };

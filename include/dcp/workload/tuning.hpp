@@ -1,11 +1,13 @@
 #pragma once
 /// \file
-/// Choosing a static baseline's knobs on a workload, as a user of the real system does before a
-/// run (DESIGN section 3, "Baselines"): one epoch of global batches cut from the dataset by the
-/// sampler, every candidate setting simulated on it, the fastest kept. It lives beside the
+/// Choosing a planner's knobs on a workload: a static baseline's, as a user of the real system
+/// does before a run (DESIGN section 3, "Baselines"), and the dcp planner's micro-batch shape under
+/// pipeline stages (`pipeline_knobs`, DESIGN 4.5): one epoch of global batches cut from the dataset
+/// by the sampler, every candidate setting simulated on it, the fastest kept. It lives beside the
 /// workloads, not in the planners: a planner plans the batch it is given, and one whose knob is
 /// left untuned (`bucket_planner::sp`, `packed_planner::sp`,
-/// `dynamic_cp_planner::max_tokens_per_rank` = 0) is a `dcp::error` naming `dcp::tune`.
+/// `dynamic_cp_planner::max_tokens_per_rank` = 0) is a `dcp::error` naming `dcp::tune` (the dcp
+/// planner's pipeline knobs have defaults that tuning improves on).
 ///
 /// \code
 /// const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, dataset);   // sp and fill chosen
@@ -40,6 +42,7 @@
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/recompute/full_recompute.hpp>
+#include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sample/token_budget_sampler.hpp>
 #include <dcp/sequence.hpp>
 
@@ -223,6 +226,52 @@ dynamic_cp_planner tune(dynamic_cp_planner p, const Ctx& ctx, std::span<const se
   return best;
 }
 
+/// The path caps (`pipeline_knobs::path_cap`, in mean sequence times) and rooms (micro-batches in
+/// flight per stage) `tune` tries for the dcp planner under pipelines, every pair.
+inline constexpr std::array<double, 7> path_cap_candidates{4, 8, 12, 16, 24, 32, 48};
+inline constexpr std::array<int, 4> room_candidates{1, 2, 4, 8};
+
+/// `p` with its `pipeline` knobs chosen on the whole dataset `data` where the context has pipeline
+/// stages (pp > 1; elsewhere `p` as it is: the knobs do not apply). The id-ordered epoch of global
+/// batches of `budget` tokens (0 = the default) drawn with `sampler_seed` is planned with p's own
+/// knobs and every pair of `path_cap_candidates` x `room_candidates` (the two interact: a wider
+/// cap makes longer micro-batches, which need more room); the smallest summed makespan wins
+/// (ties: the pair met first, p's own first). Order independent, like every `tune`.
+template <any_planning_context Ctx>
+dcp_planner tune(dcp_planner p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                 std::uint64_t sampler_seed = 0) {
+  ctx.validate();
+  p.pipeline.validate();
+  if (ctx.cost.layout().pp <= 1) return p;
+  const auto sizes = ctx.sp_sizes();
+  const auto on = tuning_data_of(ctx.cost, data, p.on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
+  dcp_planner best = p;
+  double best_seconds = std::numeric_limits<double>::infinity();
+  std::vector<pipeline_knobs> tried;
+  auto attempt = [&](pipeline_knobs knobs) {
+    if (std::find(tried.begin(), tried.end(), knobs) != tried.end()) return;
+    tried.push_back(knobs);
+    dcp_planner q = p;
+    q.pipeline = knobs;
+    double seconds = 0;
+    for (const auto& b : on.batches) seconds += q.plan(ctx, std::span<const sequence>(b)).makespan_s;
+    if (seconds < best_seconds) best_seconds = seconds, best = std::move(q);
+  };
+  attempt(p.pipeline);
+  for (double cap : path_cap_candidates)
+    for (int room : room_candidates) attempt({cap, room});
+  return best;
+}
+
+/// `tune(p, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, budget,
+/// seed)`: the dcp planner in the context it plans in by default.
+template <cost_model C>
+dcp_planner tune(dcp_planner p, const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
+                 std::uint64_t sampler_seed = 0) {
+  return tune(std::move(p), planning_context{cost, selective_recompute{}, default_groups(cost)}, data, budget,
+              sampler_seed);
+}
+
 /// The groups of `ctx` held to a budget of `communicators` per rank: `contiguous_groups::only`
 /// set to at most that many of the sizes between 1 and N it offers (legal for the model), so no
 /// rank of a run needs more communicators than that beyond the world's. Chosen on the epoch the
@@ -298,8 +347,8 @@ contiguous_groups budget_group_sizes(const planning_context<C, Recompute, contig
 }
 
 /// A planner whose knobs `dcp::tune` chooses on a dataset under cost model C (the static
-/// baselines). Laws: the result does not depend on the order of the data, and it plans any batch
-/// drawn from the data.
+/// baselines, and the dcp planner's pipeline knobs). Laws: the result does not depend on the order of the data, and it
+/// plans any batch drawn from the data.
 template <class P, class C>
 concept tunable_planner =
     cost_model<C> &&
@@ -307,15 +356,16 @@ concept tunable_planner =
       { tune(std::move(p), ctx, data) } -> std::same_as<P>;
     };
 
-// clang-format off (clang-format 14 runs a requires-clause into the declaration)
-/// `tune(p, planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
-/// the static planners checkpoint every block whatever the recompute policy.
-template <class Planner, cost_model C>
-  requires tunable_planner<Planner, C>
-Planner tune(Planner p, const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
-             std::uint64_t sampler_seed = 0) {
-  return tune(std::move(p), planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, sampler_seed);
-}
+    // clang-format off (clang-format 14 runs a requires-clause into the declaration)
+    /// `tune(p, planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
+    /// the static planners checkpoint every block whatever the recompute policy (the dcp planner's
+    /// overload above tunes in its own default context).
+    template <class Planner, cost_model C>
+    requires tunable_planner<Planner, C> Planner tune(Planner p, const C& cost, std::span<const sequence> data,
+                                                      std::int64_t budget = 0, std::uint64_t sampler_seed = 0) {
+      return tune(std::move(p), planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget,
+                  sampler_seed);
+    }
 // clang-format on
 
 }  // namespace dcp
