@@ -304,7 +304,9 @@ class Scheduler:
     verification and online calibration. ``world``: an object with ``rank()``, ``size()`` and
     ``all_reduce(array, op)`` (``dcp.torch.World``); without one the scheduler plans for ``rank``.
     ``calibration``: True, or a dict of options (memory_margin, min_memory_margin, prior_weight,
-    window, learn_speed, speed_tolerance, speed_confidence, half_life, full_fit_steps)."""
+    window, learn_speed, speed_tolerance, speed_confidence, half_life, full_fit_steps).
+    ``dataset``: the training set's lengths; under pipeline stages (pp > 1) the planner's
+    micro-batch shape is tuned on it, as ``dcp.plan`` tunes it (``pipeline_knobs``)."""
 
     def __init__(
         self,
@@ -317,7 +319,12 @@ class Scheduler:
         seed: int = 0,
         loss: Optional[str] = None,
         on_infeasible: Optional[str] = None,
+        dataset: Optional[Lengths] = None,
     ) -> None: ...
+    @property
+    def pipeline_knobs(self) -> Tuple[float, int]:
+        """(path_cap, room): the dcp planner's micro-batch shape under pipeline stages."""
+        ...
     @property
     def rank(self) -> int: ...
     @property

@@ -377,8 +377,9 @@ struct python_scheduler {
   python_world world;
   python_scheduler_type sched;
 
-  python_scheduler(python_world w, dcp::analytic_cost cost, dcp::scheduler_options options)
-      : world(std::move(w)), sched(cost.model, world, cost, std::move(options)) {}  // cost copied: the model is read from it
+  python_scheduler(python_world w, dcp::analytic_cost cost, dcp::scheduler_options options,
+                   dcp::policies<dcp::contiguous_groups> policies)
+      : world(std::move(w)), sched(cost.model, world, cost, std::move(options), std::move(policies)) {}  // cost copied
 };
 
 // One micro-step of one rank, with its groups as lists of GPU (process) ranks: what a Python
@@ -777,8 +778,8 @@ NB_MODULE(_dcp, m) {
 
   m.def("plan", &plan_batch, "cost"_a, "lengths"_a, "method"_a = "dcp", "dataset"_a = nb::none(),
         "global_batch_tokens"_a = 0, "seed"_a = 0, "on_infeasible"_a = "error", "ids"_a = nb::none(),
-        "Plans one global batch with `method`; bucket, packed and dynamic_cp are tuned on `dataset` (default: the "
-        "batch). Sequence i gets id ids[i] (default: i).");
+        "Plans one global batch with `method`; bucket, packed and dynamic_cp (and dcp's pipeline knobs under pp > "
+        "1) are tuned on `dataset` (default: the batch). Sequence i gets id ids[i] (default: i).");
   m.def(
       "_plan_seconds",
       [](const dcp::analytic_cost& cost, nb::handle lengths, const std::string& method, int repeats) {
@@ -932,7 +933,7 @@ NB_MODULE(_dcp, m) {
           "__init__",
           [](python_scheduler* self, const dcp::analytic_cost& cost, nb::object world, int rank, nb::object calibration,
              bool probe, std::int64_t global_batch_tokens, std::uint64_t seed, nb::object loss,
-             nb::object on_infeasible) {
+             nb::object on_infeasible, nb::handle dataset) {
             const int size = cost.layout().gpus;
             if (!world.is_none()) {
               const int wr = nb::cast<int>(world.attr("rank")()), ws = nb::cast<int>(world.attr("size")());
@@ -952,10 +953,31 @@ NB_MODULE(_dcp, m) {
             o.calibration = calibration_of(calibration, probe);
             if (!loss.is_none()) o.loss = loss_of(nb::cast<std::string>(loss));
             if (!on_infeasible.is_none()) o.on_infeasible = infeasible_of(nb::cast<std::string>(on_infeasible));
-            new (self) python_scheduler(python_world(std::move(world), rank, size), cost, std::move(o));
+            // Under pipeline stages the planner's micro-batch shape is tuned on the dataset, as dcp.plan
+            // tunes it (the same epoch: global_batch_tokens and seed).
+            dcp::policies<dcp::contiguous_groups> policies;
+            if (!dataset.is_none()) {
+              const dcp::dataset data = to_sequences(dataset, "dataset");
+              if (o.on_infeasible) policies.planner.on_infeasible = *o.on_infeasible;
+              nb::gil_scoped_release unlocked;
+              const dcp::planning_context ctx{cost, dcp::selective_recompute{}, groups_of(cost)};
+              policies.planner =
+                  dcp::tune(policies.planner, ctx, std::span<const dcp::sequence>(data), global_batch_tokens, seed);
+            }
+            new (self)
+                python_scheduler(python_world(std::move(world), rank, size), cost, std::move(o), std::move(policies));
           },
           "cost"_a, "world"_a = nb::none(), "rank"_a = 0, "calibration"_a = false, "probe"_a = true,
-          "global_batch_tokens"_a = 0, "seed"_a = 0, "loss"_a = nb::none(), "on_infeasible"_a = nb::none())
+          "global_batch_tokens"_a = 0, "seed"_a = 0, "loss"_a = nb::none(), "on_infeasible"_a = nb::none(),
+          "dataset"_a = nb::none())
+      .def_prop_ro(
+          "pipeline_knobs",
+          [](const python_scheduler& s) {
+            const auto& k = s.sched.policies().planner.pipeline;
+            return std::make_pair(k.path_cap, k.room);
+          },
+          "(path_cap, room): the dcp planner's micro-batch shape under pipeline stages, tuned on `dataset` when "
+          "given (DESIGN 4.5).")
       .def_prop_ro("rank", [](const python_scheduler& s) { return s.world.rank(); })
       .def_prop_ro("world_size", [](const python_scheduler& s) { return s.world.size(); })
       .def_prop_ro("cost", [](const python_scheduler& s) { return s.sched.cost(); })

@@ -400,6 +400,23 @@ def test_scheduler_and_device_errors_name_the_value():
         d.replace(mem_bytes=-1)
 
 
+def test_scheduler_tunes_its_pipeline_knobs_on_the_dataset():
+    cost = dcp.Cost("llama3-8b", "h200", gpus=32, pp=4)
+    data = random_lengths(21, n=400, high=131072)
+    batch = data[:120]
+    assert dcp.Scheduler(cost).pipeline_knobs == (16.0, 4)  # the defaults, untuned
+    sched = dcp.Scheduler(cost, dataset=data, global_batch_tokens=1 << 20, seed=3)
+    cap, room = sched.pipeline_knobs
+    assert cap > 0 and room >= 1
+    # The scheduler plans as dcp.plan tuned on the same dataset and epoch.
+    p = sched.plan(batch)
+    assert p.hash() == dcp.plan(cost, batch, dataset=data, global_batch_tokens=1 << 20, seed=3).hash()
+    assert not p.violations(cost, batch)
+    # Without stages there is nothing to tune.
+    flat = dcp.Cost("llama3-8b", "h200", gpus=8)
+    assert dcp.Scheduler(flat, dataset=data).pipeline_knobs == (16.0, 4)
+
+
 def test_scheduler_hands_each_rank_its_pipeline_stage():
     cost = dcp.Cost("llama3-70b", "h200", gpus=32, tp=2, pp=4)  # 4 stages of 4 units
     sched = dcp.Scheduler(cost)
