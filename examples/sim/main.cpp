@@ -514,7 +514,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pp", o.pp,
                  "pipeline stages: each holds its share of the blocks on gpus / pp GPUs, and every plan runs "
-                 "its steps as micro-batches of 1F1B pipelines")
+                 "its steps as micro-batches of 1F1B pipelines (dcp's micro-batch shape tuned on the workload, "
+                 "as the baselines' knobs are)")
       ->capture_default_str();
   auto* gpus = app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")
                    ->capture_default_str();
