@@ -347,8 +347,8 @@ contiguous_groups budget_group_sizes(const planning_context<C, Recompute, contig
 }
 
 /// A planner whose knobs `dcp::tune` chooses on a dataset under cost model C (the static
-/// baselines, and the dcp planner's pipeline knobs). Laws: the result does not depend on the order of the data, and it
-/// plans any batch drawn from the data.
+/// baselines, and the dcp planner's pipeline knobs). Laws: the result does not depend on the
+/// order of the data, and it plans any batch drawn from the data.
 template <class P, class C>
 concept tunable_planner =
     cost_model<C> &&
@@ -356,16 +356,17 @@ concept tunable_planner =
       { tune(std::move(p), ctx, data) } -> std::same_as<P>;
     };
 
-    // clang-format off (clang-format 14 runs a requires-clause into the declaration)
-    /// `tune(p, planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
-    /// the static planners checkpoint every block whatever the recompute policy (the dcp planner's
-    /// overload above tunes in its own default context).
-    template <class Planner, cost_model C>
-    requires tunable_planner<Planner, C> Planner tune(Planner p, const C& cost, std::span<const sequence> data,
-                                                      std::int64_t budget = 0, std::uint64_t sampler_seed = 0) {
-      return tune(std::move(p), planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget,
-                  sampler_seed);
-    }
+// clang-format 14 runs a requires-clause into the declaration:
+// clang-format off
+/// `tune(p, planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, seed)`:
+/// the static planners checkpoint every block whatever the recompute policy (the dcp planner's
+/// overload above tunes in its own default context).
+template <class Planner, cost_model C>
+  requires tunable_planner<Planner, C>
+Planner tune(Planner p, const C& cost, std::span<const sequence> data, std::int64_t budget = 0,
+             std::uint64_t sampler_seed = 0) {
+  return tune(std::move(p), planning_context{cost, full_recompute{}, default_groups(cost)}, data, budget, sampler_seed);
+}
 // clang-format on
 
 }  // namespace dcp
