@@ -125,8 +125,9 @@ struct pipeline_knobs {
   /// No micro-batch's path through the P stages (P times its stage time) outlasts `path_cap`
   /// times the batch's mean sequence time (its GPU-seconds over its sequences) where a wider block
   /// avoids it. In these units one value suits a workload at any batch size and stage count (the
-  /// mean tracks the sequences' lengths, not their count; 16 was best or within 2% of it on the
-  /// four runs of DESIGN 4.5, 2 to 8 stages).
+  /// mean tracks the sequences' lengths, not their count): 16 was best or within 2.1% of the best
+  /// on the four long-tail runs of DESIGN 4.5 (2 to 8 stages), but a batch of equal sequences
+  /// wanted 4 (29% faster there), so tune it.
   double path_cap = 16;
   /// Packing leaves each step memory for `room` x pp micro-batches like it in flight (1F1B's
   /// stage 0 holds pp; a deeper warmup more), so micro-batches rarely need recompute in the
