@@ -99,6 +99,8 @@ template <any_planning_context Ctx, class F>
 decltype(auto) with_method(std::string_view name, const Ctx& ctx, std::span<const sequence> data,
                            const method_settings& s, F&& f) {
   validate_method(name);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   if (name.starts_with("dcp")) {
     dcp_planner p;
     p.inter = name.find("no-inter") == std::string_view::npos;
@@ -107,12 +109,9 @@ decltype(auto) with_method(std::string_view name, const Ctx& ctx, std::span<cons
     p.on_infeasible = s.on_infeasible;
     if (ctx.cost.layout().pp == 1) return f(p, 0.0);
     // Under pipelines its micro-batch shape, tuned as the baselines' knobs are.
-    const auto t0 = std::chrono::steady_clock::now();
     p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
-    return f(p, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return f(p, seconds());
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   if (name == "packed") {
     packed_planner p;
     p.loss = s.loss;
