@@ -456,12 +456,10 @@ class dcp_planning {
     const double capacity = class_cost(c).capacity();
     if constexpr (memory_by_tokens)
       return [room = token_room_[c * sps_.size() + sp_index(sp)]](const load_t& l) { return l.tokens <= room; };
-    else if constexpr (requires { cost_.memory_at(sp)(std::declval<const load_t&>(), k); })
-      return [this, memory = cost_.memory_at(sp), k, capacity](const load_t& l) {
+    else
+      return [this, memory = memory_of(cost_, sp), k, capacity](const load_t& l) {
         return fits_in_flight(memory(l, k), capacity);
       };
-    else
-      return [this, sp, k, capacity](const load_t& l) { return fits_in_flight(cost_.memory(l, sp, k), capacity); };
   }
   /// Options on the largest block of each size (the class a block of it has at most).
   std::vector<sequence_option> options(const load_t& l) const {
