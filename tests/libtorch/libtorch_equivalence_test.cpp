@@ -333,7 +333,9 @@ TEST(libtorch_pipeline, stages_match_full_batch) {
     EXPECT_GT(got.cov.max_sp, 1) << names[i] << " plans no step with sp > 1";
   }
   EXPECT_TRUE(runs[0].cov.unequal_accumulation) << "dcp gives every unit the same number of micro-batches";
-  if (P >= 4) EXPECT_GT(runs[3].cov.warmup_depth, 1) << "no dcp plan runs a deeper warmup than 1F1B on 4 stages";
+  if (P >= 4) {
+    EXPECT_GT(runs[3].cov.warmup_depth, 1) << "no dcp plan runs a deeper warmup than 1F1B on 4 stages";
+  }
 }
 
 TEST(libtorch_corpus, file_round_trip_and_malformed_files) {

@@ -52,7 +52,7 @@ dcp::plan plan_of(int units, const std::vector<dcp::rank_block>& blocks) {
 std::vector<double> fixed_point_ends(const dcp::plan& p, std::span<const dcp::pipeline_step_times> t, int P) {
   const std::size_t d = static_cast<std::size_t>(p.warmup_depth);
   const std::size_t n = p.steps.size();
-  // op index: (j * P + s) * 2 + d
+  // op index: (j * P + s) * 2 + back
   std::vector<std::vector<std::size_t>> before(n * P * 2);  // same-GPU predecessors
   for (int u = 0; u < p.gpus; ++u) {
     std::vector<std::size_t> list;
@@ -74,14 +74,14 @@ std::vector<double> fixed_point_ends(const dcp::plan& p, std::span<const dcp::pi
     bool moved = false;
     for (std::size_t j = 0; j < n; ++j)
       for (int s = 0; s < P; ++s)
-        for (int d = 0; d < 2; ++d) {
-          const std::size_t o = (j * P + s) * 2 + d;
+        for (int back = 0; back < 2; ++back) {
+          const std::size_t o = (j * P + s) * 2 + back;
           double start = 0;
           for (std::size_t q : before[o]) start = std::max(start, end[q]);
-          if (d == 0 && s > 0) start = std::max(start, end[(j * P + s - 1) * 2] + t[j].transfer_s);
-          if (d == 1 && s == P - 1) start = std::max(start, end[(j * P + s) * 2]);
-          if (d == 1 && s < P - 1) start = std::max(start, end[(j * P + s + 1) * 2 + 1] + t[j].transfer_s);
-          const double e = start + (d == 0 ? t[j].forward_s : t[j].backward_s);
+          if (back == 0 && s > 0) start = std::max(start, end[(j * P + s - 1) * 2] + t[j].transfer_s);
+          if (back == 1 && s == P - 1) start = std::max(start, end[(j * P + s) * 2]);
+          if (back == 1 && s < P - 1) start = std::max(start, end[(j * P + s + 1) * 2 + 1] + t[j].transfer_s);
+          const double e = start + (back == 0 ? t[j].forward_s : t[j].backward_s);
           if (e != end[o]) end[o] = e, moved = true;
         }
     if (!moved) return end;
@@ -206,7 +206,7 @@ TEST(PipelinePlans, EveryPlannerIsValidOnRandomJobs) {
       EXPECT_TRUE(bad.empty()) << p.method << ": " << (bad.empty() ? "" : bad.front());
       EXPECT_GE(p.makespan_s, p.joint_lower_bound_s * (1 - 1e-12)) << p.method;
       // On its own clock, with nothing random, the executor reproduces the plan.
-      const auto e = dcp::sim::execute(p, dcp::sim::truth<dcp::analytic_cost>{cost});
+      const auto e = dcp::sim::execute(p, dcp::sim::truth<dcp::analytic_cost>{cost, {}, 0.0, 0});
       EXPECT_EQ(e.oom_steps, 0) << p.method;
       EXPECT_NEAR(e.executed.makespan_s, p.makespan_s, 1e-9 * p.makespan_s) << p.method;
       for (std::size_t i = 0; i < p.steps.size(); ++i)
@@ -261,6 +261,38 @@ TEST(PipelinePlans, ASequenceOnEveryUnitOrdersTheRestAroundItsPath) {
   EXPECT_GT(raised, 0) << "the bound never rose above P t_max and the bubble floor: the test tests nothing";
 }
 
+TEST(PipelinePlans, EveryPathFitsInTheBoundAndNoPlanBeatsIt) {
+  // A micro-batch's path through the stages is P times its stage time, so at a makespan T every
+  // sequence runs on an option with P t_i(sp) <= T, and the busiest unit's floors plus the bubble
+  // floor fit in T (`pipeline_joint_s`): at least the one-stage joint plus the bubble floor and
+  // P max t_i, and no planner's plan beats it.
+  dcp_test::rng r(0x9a71);
+  int raised = 0;  // trials where the path's constraint raises the bound above the other terms
+  for (int trial = 0; trial < 8; ++trial) {
+    const int pp = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4}));
+    const int gpus = 8 * pp * static_cast<int>(r.between(1, 2));
+    const auto cost = piped(dcp::models::llama3_8b(), gpus, 1, pp);
+    const auto batch = text_batch(r, r.between(8, 96), 131072);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) +
+                 ", gpus = " + std::to_string(gpus) + ", " + std::to_string(batch.size()) + " sequences");
+    const auto one = dcp::lower_bounds(cost, batch);
+    const double bubble = dcp::pipeline_bubble_floor(pp, one.shortest_s);
+    EXPECT_GE(one.pipeline_joint_s, (one.joint_s + bubble) * (1 - 1e-12));
+    EXPECT_GE(one.pipeline_joint_s, pp * one.longest_s * (1 - 1e-12));
+    EXPECT_EQ(dcp::lower_bounds(piped(dcp::models::llama3_8b(), gpus / pp, 1, 1), batch).pipeline_joint_s, 0);
+    const auto staged = dcp::pipelined(one, pp);
+    EXPECT_GE(staged.joint_s, one.pipeline_joint_s);
+    auto without = one;
+    without.pipeline_joint_s = 0;
+    raised += staged.joint_s > dcp::pipelined(without, pp).joint_s * (1 + 1e-9);
+    for (const auto& p : every_planner(cost, batch)) {
+      EXPECT_TRUE(dcp::plan_violations(p, batch, cost).empty()) << p.method;
+      EXPECT_GE(p.makespan_s, staged.joint_s * (1 - 1e-12)) << p.method;
+    }
+  }
+  EXPECT_GT(raised, 0) << "the paths never raised the bound: the test tests nothing";
+}
+
 TEST(PipelinePlans, RecomputeFollowsTheMicroBatchesInFlight) {
   // Steps that each fit alone without recomputation, up to four in flight on stage 0 of a
   // 4-stage pipeline: finishing the plan checkpoints blocks where the window passes the
@@ -284,7 +316,7 @@ TEST(PipelinePlans, RecomputeFollowsTheMicroBatchesInFlight) {
   for (const auto& s : p.steps) raised += s.checkpointed_blocks > 0;
   EXPECT_GT(raised, 0) << "no step checkpoints a block, though four such steps exceed the memory together";
   // Executed on its own clock, none runs out of memory.
-  EXPECT_EQ(dcp::sim::execute(p, dcp::sim::truth<dcp::analytic_cost>{cost}).oom_steps, 0);
+  EXPECT_EQ(dcp::sim::execute(p, dcp::sim::truth<dcp::analytic_cost>{cost, {}, 0.0, 0}).oom_steps, 0);
 }
 
 TEST(PipelineKnobs, RoomAndPathCapShapeTheMicroBatches) {

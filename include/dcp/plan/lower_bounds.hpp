@@ -41,22 +41,33 @@ struct batch_bounds {
   /// Under P > 1 stages (equal unit speeds): max_i of the least, over i's options, of the
   /// pipelined time its micro-batch forces (`pipelined`, DESIGN 4.5); 0 at P = 1
   double around_s = 0;
+  /// Under P > 1 stages: the joint bound with every option's time its path through the stages,
+  /// P t_i(sp) <= T, and the busiest unit's floors plus the bubble floor within T
+  /// (`pipeline_bubble_floor`); 0 at P = 1
+  double pipeline_joint_s = 0;
   friend bool operator==(const batch_bounds&, const batch_bounds&) = default;
 };
 
+/// What every unit that works waits beyond its busy time in a `stages`-stage 1F1B pipeline, at
+/// any warmup depth: its first forward reaches the last stage before that stage starts and its
+/// last backward comes back, (P - 1) (f + b) >= (P - 1) 11/12 t_min (a forward is 1/4 to 1/3 of
+/// a stage time, a backward the rest), `shortest_s` = t_min the least stage time of any step.
+inline double pipeline_bubble_floor(int stages, double shortest_s) noexcept {
+  return stages > 1 ? (stages - 1) * 11.0 / 12.0 * shortest_s : 0.0;
+}
+
 /// The bounds of a batch run as micro-batches of a `stages`-stage 1F1B pipeline (DESIGN section
-/// 4.5), from its bounds on one stage `b`: every unit that works waits for its first forward to
-/// reach the last stage and its last backward to come back, at least (P - 1) (f_min + b_min) =
-/// (P - 1) 11/12 t_min (a forward is 1/4 to 1/3 of a stage time, a backward the rest), on top of
-/// its busy time, which is at least the busy or the joint bound; and the micro-batch that holds a
-/// sequence runs on all P stages in turn, P t_i, and orders its units' other work around that
-/// path (`around_s`, computed with the bounds). `b` itself when stages = 1.
+/// 4.5), from its bounds on one stage `b`: every unit that works waits the bubble floor
+/// (`pipeline_bubble_floor`) on top of its busy time, which is at least the busy or the joint
+/// bound; the micro-batch that holds a sequence runs on all P stages in turn, P t_i, and orders
+/// its units' other work around that path (`around_s`); and every sequence's option must let its
+/// path fit (`pipeline_joint_s`; both computed with the bounds). `b` itself when stages = 1.
 inline batch_bounds pipelined(batch_bounds b, int stages) noexcept {
   if (stages <= 1) return b;
-  const double P = stages, bubble = (P - 1) * 11.0 / 12.0 * b.shortest_s;
+  const double P = stages, bubble = pipeline_bubble_floor(stages, b.shortest_s);
   const double through = std::max(P * b.longest_s, b.around_s);
   b.simple_s = std::max(b.busy_s + bubble, through);
-  b.joint_s = std::max({b.joint_s + bubble, through, b.simple_s});
+  b.joint_s = std::max({b.joint_s + bubble, through, b.simple_s, b.pipeline_joint_s});
   return b;
 }
 
@@ -231,8 +242,10 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   // breakpoints where some sequence gains a cheaper option. With zero3 shares, a step's
   // unit-seconds cover both its members' floors and their shares, so also every mix
   // lambda floor + (1 - lambda) share; each lambda gives a valid bound and the largest counts.
+  // Under P stages the same sweep with each option's time its path, P t, and the bubble floor
+  // added to the floors' time (`pipeline_joint_s`): `scale` = P, `wait` = the bubble floor.
   const std::size_t n = ranges.size();
-  auto joint_at = [&](double lambda) {
+  auto joint_at = [&](double lambda, double scale, double wait) {
     auto floor_of = [&](const term& x) { return lambda == 1 ? x.floor : lambda * x.floor + (1 - lambda) * x.share; };
     std::vector<double> floor_at(n);
     struct event {
@@ -256,27 +269,33 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       floor_at[i] = w;
       sum += w;
     }
-    double joint = std::max(longest, sum / capacity);
-    if (sum / capacity > longest) {
+    double joint = std::max(scale * longest, sum / capacity + wait);
+    if (sum / capacity + wait > scale * longest) {
       std::sort(later.begin(), later.end(), [](const event& a, const event& b) {
         return a.time != b.time ? a.time < b.time : a.seq != b.seq ? a.seq < b.seq : a.floor < b.floor;
       });
       // Below the next breakpoint the sum is constant: T = sum / capacity works if it comes first.
-      for (std::size_t e = 0; e < later.size() && sum / capacity > later[e].time;) {
+      for (std::size_t e = 0; e < later.size() && sum / capacity + wait > scale * later[e].time;) {
         const double at = later[e].time;
         for (; e < later.size() && later[e].time == at; ++e) {
           const event& x = later[e];
           if (x.floor < floor_at[x.seq]) sum -= floor_at[x.seq] - x.floor, floor_at[x.seq] = x.floor;
         }
-        joint = std::max(at, sum / capacity);
+        joint = std::max(scale * at, sum / capacity + wait);
       }
     }
     return joint;
   };
-  double joint = joint_at(1);
-  if (shares > 0)
-    for (double lambda : {0.75, 0.5, 0.25, 0.0}) joint = std::max(joint, joint_at(lambda));
-  out.joint_s = std::max(joint, out.simple_s);  // equal or above in exact arithmetic; this absorbs rounding
+  const auto largest_joint = [&](double scale, double wait) {
+    double joint = joint_at(1, scale, wait);
+    if (shares > 0)
+      for (double lambda : {0.75, 0.5, 0.25, 0.0}) joint = std::max(joint, joint_at(lambda, scale, wait));
+    return joint;
+  };
+  out.joint_s =
+      std::max(largest_joint(1, 0), out.simple_s);  // equal or above in exact arithmetic; this absorbs rounding
+  if (const int stages = cost.layout().pp; stages > 1)
+    out.pipeline_joint_s = largest_joint(stages, pipeline_bubble_floor(stages, out.shortest_s));
   return out;
 }
 
