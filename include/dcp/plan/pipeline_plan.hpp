@@ -12,6 +12,11 @@
 ///     The pipeline fills and drains on short micro-batches, neighbours are alike (a micro-batch
 ///     much longer than the next ones stalls stage 0 while it travels), and on nested blocks
 ///     every two units reach the steps they share at the same places, so their 1F1B orders agree.
+///     Where a round's longest shared step has a path through the stages (P times its time) of
+///     at least half the busiest unit's work, the units that share steps take their q longest
+///     single-unit steps first instead (shortest of them first): while the long one travels, a
+///     micro-batch ahead of it costs stage 0 its forward (the backward comes back meanwhile), one
+///     behind it its backward, after the long one's.
 ///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
 ///     min(d (P - 1) + 1, p + 1) micro-batches; where their memory passes the capacity, the
 ///     micro-batch of the window that frees bytes for the fewest added seconds per byte
@@ -90,8 +95,9 @@ inline void split_round(plan& p, std::size_t at) {
   for (std::size_t j = at; j < p.steps.size(); ++j) ++p.steps[j].round;
 }
 
-/// `pipeline_order::short_ends` (the file comment), round by round; `p` is in round order.
-inline void order_short_ends(plan& p) {
+/// `pipeline_order::short_ends` (the file comment), round by round, for `stages` stages; `p` is
+/// in round order.
+inline void order_short_ends(plan& p, int stages) {
   std::vector<plan_step> out;
   out.reserve(p.steps.size());
   for (std::size_t a = 0; a < p.steps.size();) {
@@ -99,18 +105,29 @@ inline void order_short_ends(plan& p) {
     while (b < p.steps.size() && p.steps[b].round == p.steps[a].round) ++b;
     std::vector<std::vector<std::size_t>> singles(static_cast<std::size_t>(p.gpus));
     std::vector<char> shares(static_cast<std::size_t>(p.gpus), 0);
+    std::vector<double> work(static_cast<std::size_t>(p.gpus), 0);
     std::vector<std::size_t> shared;
+    double longest_shared = 0;
     for (std::size_t j = a; j < b; ++j) {
       const plan_step& s = p.steps[j];
+      for (int u = s.ranks.first; u < s.ranks.end(); ++u) work[static_cast<std::size_t>(u)] += s.time_s;
       if (s.sp() == 1) {
         singles[static_cast<std::size_t>(s.ranks.first)].push_back(j);
       } else {
         shared.push_back(j);
+        longest_shared = std::max(longest_shared, s.time_s);
         for (int u = s.ranks.first; u < s.ranks.end(); ++u) shares[static_cast<std::size_t>(u)] = 1;
       }
     }
+    // A shared step whose path through the stages is at least half the busiest unit's work: while
+    // it travels, a micro-batch ahead of it costs stage 0 only its forward and one behind it its
+    // backward, after the long one's, so the units that share steps put their longest single-unit
+    // steps ahead (the file comment).
+    const double busiest = work.empty() ? 0.0 : *std::max_element(work.begin(), work.end());
+    const bool long_path = stages * longest_shared >= 0.5 * busiest;
     // Prefix: every other single-unit step, shortest first (a[0], a[2], ...), at most q of them,
-    // q the same for every unit that shares a step; suffix: the rest, longest first.
+    // q the same for every unit that shares a step (under a long path the q longest, shortest of
+    // them first); suffix: the rest, longest first.
     std::size_t q = p.steps.size();
     for (std::size_t u = 0; u < singles.size(); ++u)
       if (shares[u]) q = std::min(q, (singles[u].size() + 1) / 2);
@@ -123,7 +140,11 @@ inline void order_short_ends(plan& p) {
       auto& list = singles[u];
       std::sort(list.begin(), list.end(), shorter);
       const std::size_t take = shares[u] ? q : (list.size() + 1) / 2;
-      for (std::size_t i = 0; i < list.size(); ++i) (i % 2 == 0 && i / 2 < take ? order : rest[u]).push_back(list[i]);
+      const bool longest_ahead = long_path && shares[u];
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const bool ahead = longest_ahead ? i + take >= list.size() : i % 2 == 0 && i / 2 < take;
+        (ahead ? order : rest[u]).push_back(list[i]);
+      }
     }
     std::stable_sort(shared.begin(), shared.end(), [&](std::size_t x, std::size_t y) {
       const plan_step &s = p.steps[x], &t = p.steps[y];
@@ -280,7 +301,7 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
   const int P = cost.layout().pp;
   if (P <= 1 || p.steps.empty()) return;
   p.warmup_depth = 1;
-  if (order == pipeline_order::short_ends) detail::order_short_ends(p);
+  if (order == pipeline_order::short_ends) detail::order_short_ends(p, P);
   // Once per plan (in its final order): the steps' loads and transfers, which recompute leaves.
   std::vector<typename C::load_type> loads;
   std::vector<double> transfer;
