@@ -88,15 +88,8 @@ std::vector<pipeline_step_times> pipeline_times(const plan& p, const C& cost) {
   return detail::step_times(p, cost, transfer);
 }
 
-namespace detail {
-/// Starts a new round at step `at` (plan order): it and the later steps of its round move to the
-/// next round, and every later round one on.
-inline void split_round(plan& p, std::size_t at) {
-  for (std::size_t j = at; j < p.steps.size(); ++j) ++p.steps[j].round;
-}
-
-/// `pipeline_order::short_ends` (the file comment), round by round, for `stages` stages; `p` is
-/// in round order.
+/// Orders every unit's micro-batches as `pipeline_order::short_ends` (the file comment, part 1),
+/// round by round, for `stages` stages; `p` is in round order and its steps priced.
 inline void order_short_ends(plan& p, int stages) {
   std::vector<plan_step> out;
   out.reserve(p.steps.size());
@@ -156,6 +149,13 @@ inline void order_short_ends(plan& p, int stages) {
     a = b;
   }
   p.steps = std::move(out);
+}
+
+namespace detail {
+/// Starts a new round at step `at` (plan order): it and the later steps of its round move to the
+/// next round, and every later round one on.
+inline void split_round(plan& p, std::size_t at) {
+  for (std::size_t j = at; j < p.steps.size(); ++j) ++p.steps[j].round;
 }
 
 /// `memory(load, k)` of `cost` on `sp` GPUs: the cost model's `memory_at(sp)` where it has one
@@ -301,7 +301,7 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
   const int P = cost.layout().pp;
   if (P <= 1 || p.steps.empty()) return;
   p.warmup_depth = 1;
-  if (order == pipeline_order::short_ends) detail::order_short_ends(p, P);
+  if (order == pipeline_order::short_ends) order_short_ends(p, P);
   // Once per plan (in its final order): the steps' loads and transfers, which recompute leaves.
   std::vector<typename C::load_type> loads;
   std::vector<double> transfer;
