@@ -292,8 +292,8 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       for (double lambda : {0.75, 0.5, 0.25, 0.0}) joint = std::max(joint, joint_at(lambda, scale, wait));
     return joint;
   };
-  out.joint_s =
-      std::max(largest_joint(1, 0), out.simple_s);  // equal or above in exact arithmetic; this absorbs rounding
+  // The joint is equal to or above the simple bound in exact arithmetic; the max absorbs rounding.
+  out.joint_s = std::max(largest_joint(1, 0), out.simple_s);
   if (const int stages = cost.layout().pp; stages > 1)
     out.pipeline_joint_s = largest_joint(stages, pipeline_bubble_floor(stages, out.shortest_s));
   return out;
