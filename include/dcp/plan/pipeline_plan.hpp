@@ -266,9 +266,7 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
   for (std::size_t j = 0; j < p.steps.size(); ++j) p.steps[j].start_s = timeline.forward_of(j, 0).start_s;
   p.makespan_s = timeline.makespan_s;
 }
-}  // namespace detail
 
-namespace detail {
 /// What parts 2 and 3 change of a step.
 struct step_state {
   int round = 0, checkpointed_blocks = 0;
