@@ -308,9 +308,9 @@ TEST(PipelinePlans, EveryPlannerIsValidOnRandomJobs) {
 
 TEST(PipelinePlans, ASequenceOnEveryUnitOrdersTheRestAroundItsPath) {
   // A sequence too long for any block narrower than the stage runs on every unit, so its
-  // micro-batch passes all P stages while every unit's other work waits before or after it on
-  // stage 0: the bound takes P t plus a quarter of the rest per unit (`around_s`), and no
-  // planner's plan beats it.
+  // micro-batch passes all P stages while every unit's other work runs around it (on stage 0
+  // before or after it, on the last stage before it arrives): the bound takes P t plus at least a
+  // quarter of the rest per unit (`around_s`), and no planner's plan beats it.
   dcp_test::rng r(0x5a4e);
   int raised = 0;  // trials where the term raises the bound
   for (int trial = 0; trial < 6; ++trial) {
@@ -350,6 +350,50 @@ TEST(PipelinePlans, ASequenceOnEveryUnitOrdersTheRestAroundItsPath) {
     }
   }
   EXPECT_GT(raised, 0) << "the bound never rose above P t_max and the bubble floor: the test tests nothing";
+}
+
+TEST(PipelinePlans, NoOrderOrWarmupDepthBeatsTheBoundAroundALongPath) {
+  // The bound around a long micro-batch's path (`around_s`) trades the work ahead of it (whose
+  // forwards precede the path on stage 0, and which the last stage finishes before the path
+  // arrives) against the work behind it (whose backwards follow the path back on stage 0). Every
+  // planner's plan, its steps shuffled within each round (one order for all units, so shared
+  // steps cannot deadlock) and timed at warmup depths 1 to 4, stays above it: orders the planners
+  // never choose, with any share of the work ahead.
+  dcp_test::rng r(0x0a7e);
+  int raised = 0;  // trials where the term is above the long path and the busy floor
+  for (int trial = 0; trial < 6; ++trial) {
+    const int pp = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4}));
+    const int gpus = 8 * pp;
+    const auto cost = piped(dcp::models::llama3_8b(), gpus, 1, pp);
+    std::vector<dcp::sequence> batch = text_batch(r, r.between(8, 48), 16384);
+    // One sequence long against the rest: its path dominates and its units' work splits around it.
+    batch.push_back({static_cast<std::int64_t>(batch.size()), 1, r.between(98304, 196608)});
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) + ", " +
+                 std::to_string(batch.size()) + " sequences, the longest " + std::to_string(batch.back().spatial));
+    const auto one = dcp::lower_bounds(cost, batch);
+    const double floors = one.busy_s + dcp::pipeline_bubble_floor(pp, one.shortest_s);
+    raised += one.around_s > std::max(pp * one.longest_s, floors) * (1 + 1e-9);
+    for (const auto& p : every_planner(cost, batch)) {
+      for (int shuffle = 0; shuffle < 8; ++shuffle) {
+        dcp::plan q = p;
+        for (std::size_t a = 0; a < q.steps.size();) {
+          std::size_t b = a;
+          while (b < q.steps.size() && q.steps[b].round == q.steps[a].round) ++b;
+          for (std::size_t i = b - 1; i > a; --i)  // Fisher-Yates within the round
+            std::swap(q.steps[i],
+                      q.steps[a + static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(i - a)))]);
+          a = b;
+        }
+        const auto times = dcp::pipeline_times(q, cost);
+        for (int depth = 1; depth <= 4; ++depth) {
+          q.warmup_depth = depth;
+          const double makespan = dcp::schedule_pipeline(q, times, pp).makespan_s;
+          EXPECT_GE(makespan, one.around_s * (1 - 1e-12)) << p.method << ", shuffle " << shuffle << ", depth " << depth;
+        }
+      }
+    }
+  }
+  EXPECT_GT(raised, 0) << "the term never rose above the long path and the busy floor: the test tests nothing";
 }
 
 TEST(PipelinePlans, EveryPathFitsInTheBoundAndNoPlanBeatsIt) {

@@ -208,13 +208,17 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   out.longest_s = longest;
   out.shortest_s = std::isfinite(shortest) ? shortest : 0;
   // Pipelines (DESIGN 4.5): sequence i's micro-batch on s units lasts t >= t_i(s) per stage and
-  // takes P t to pass the stages; stage 0 of each of its units runs the forwards of its earlier
-  // micro-batches before it and the backwards of its later ones after it (any warmup depth), each
-  // at least a quarter of a stage time, so T >= P t + x / (4 s) with x the other micro-batches'
-  // seconds on those s units, and T >= (R - x) / (U - s) on the other units (equal speeds). R is
-  // the other sequences' floors less what fits beside i at no extra time, s t - W'_i(s) (packing
-  // more lengthens the path faster than it shortens the rest). The least over x, then over i's
-  // options, bounds every plan; the largest over i is `around_s`.
+  // takes P t to pass the stages. Of its units' other work (y per unit), stage 0 runs the
+  // forwards of what is ahead of it (at least a quarter of a stage time each) before its path and
+  // the backwards of what is behind it (at least two thirds) after, at any warmup depth; the last
+  // stage runs everything ahead, forward and backward, before it, and the path's backward then
+  // returns through P - 1 stages. With a ahead: T >= P t + a/4 + 2 (y - a)/3 and
+  // T >= t + 2 (P - 1) t / 3 + a + 2 (y - a)/3, whose larger is least at a = min(y, y*),
+  // y* = 4 (P - 1) t / 9: T >= g(y) = P t + y/4 + 5/12 max(0, y - y*). The other units carry the
+  // rest, T >= (R - s y) / (U - s) (equal speeds). R is the other sequences' floors less what
+  // fits beside i at no extra time, s t - W'_i(s) (packing more lengthens the path faster than it
+  // shortens the rest). The least over y, then over i's options, bounds every plan; the largest
+  // over i is `around_s`.
   if (const int stages = cost.layout().pp; stages > 1 && speeds.empty()) {
     const double P = stages, U = cost.gpus();
     for (const priced& p : ranges) {
@@ -222,11 +226,16 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       for (std::size_t o = p.first; o < p.last; ++o) {
         const double s = terms[o].sp, t = terms[o].time;
         const double rest = std::max(0.0, work - p.w - std::max(0.0, s * t - terms[o].floor));
-        double at = P * t + rest / (4 * s);  // every unit holds i: all the rest is around its path
+        const double knee = 4.0 / 9.0 * (P - 1) * t;  // y*: past it the last stage binds
+        auto around = [&](double y) { return P * t + y / 4 + 5.0 / 12.0 * std::max(0.0, y - knee); };
+        double at = around(rest / s);  // every unit holds i: all the rest is around its path
         if (s < U) {
-          const double a = 1 / (4 * s), c = 1 / (U - s);
-          const double x = std::clamp((c * rest - P * t) / (a + c), 0.0, rest);
-          at = std::max(P * t + a * x, c * (rest - x));
+          // g rises and (R - s y) / (U - s) falls in y: they cross on g's first piece or its second.
+          const double c = s / (U - s), others = rest / (U - s);
+          double y = (others - P * t) / (0.25 + c);
+          if (y > knee) y = (others - P * t + 5.0 / 12.0 * knee) / (2.0 / 3.0 + c);
+          y = std::clamp(y, 0.0, rest / s);
+          at = std::max(around(y), others - c * y);
         }
         least = std::min(least, at);
       }
