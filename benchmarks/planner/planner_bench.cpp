@@ -14,7 +14,7 @@
 // at least the weight gather and the planner also dissolves short steps (DESIGN 3.4).
 // llama3_70b_tp8_pp4: the same batch on 4 pipeline stages (32 units a stage; DESIGN 4.5), one plan
 // at the pipeline knobs tuned on the batch (outside the timing), scheduled as 1F1B pipelines at up
-// to three warmup depths; target: within 2x of llama3_70b_tp8.
+// to six warmup depths; target: within 2x of llama3_70b_tp8.
 // plan_latency_groups: dcp at (1024, 16384) on contiguous_groups with every size (`any`) against
 // the same manager's powers of two (`buddy`: buddy_groups' blocks), for models whose heads allow
 // other sizes (cogvideox-5b: 48, wan2.1-14b: 40); target: any within 1.5x of buddy. Counter

@@ -288,9 +288,9 @@ inline void restore(plan& p, const std::vector<step_state>& states) {
 }
 }  // namespace detail
 
-/// The deepest warmup `pipeline_order::short_ends` tries: stage 0 then holds up to 3 (P - 1) + 1
+/// The deepest warmup `pipeline_order::short_ends` tries: stage 0 then holds up to 6 (P - 1) + 1
 /// micro-batches.
-inline constexpr int deepest_warmup = 3;
+inline constexpr int deepest_warmup = 6;
 
 /// The pipeline plan of `p` (the file comment's parts); `p` is sorted by (round, start, first
 /// unit) and its steps priced on `cost` and fitting its capacity alone.
