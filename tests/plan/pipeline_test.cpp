@@ -12,6 +12,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -394,6 +395,42 @@ TEST(PipelinePlans, NoOrderOrWarmupDepthBeatsTheBoundAroundALongPath) {
     }
   }
   EXPECT_GT(raised, 0) << "the term never rose above the long path and the busy floor: the test tests nothing";
+}
+
+TEST(PipelineBounds, TheWorkFloorIsAffineInRecomputeSoItsForwardIsLeastAtAnEnd) {
+  // The bound around a path takes a sequence's least forward, floor(k) L / (3L + k), at the two
+  // ends of its recompute range: right only while the work floor is affine in k
+  // (`work_floors_cost_model`'s law). Random loads, every legal size and ring, on the section 4
+  // clock and the kernel clock, dense, MoE and windowed stages, with tp and ep.
+  dcp_test::rng r(0xaff1);
+  int tested = 0;
+  for (const auto& device : {dcp::devices::h200_analytic(), dcp::devices::h200()}) {
+    for (const auto& [model, tp, ep] :
+         {std::tuple{dcp::models::llama3_70b(), 8, 1}, std::tuple{dcp::models::qwen3_30b_a3b(), 2, 4},
+          std::tuple{dcp::models::wan2_1_14b(), 1, 1}}) {
+      const dcp::parallel_layout layout{.gpus = 64, .gpus_per_node = 8, .tp = tp, .ep = ep, .pp = 4};
+      const auto cost = dcp::make_analytic_cost(model, device, layout);
+      const auto floors = cost.floors();
+      const int L = cost.blocks();
+      for (int trial = 0; trial < 12; ++trial) {
+        const auto load = cost.load_of({trial, 1, r.log_between(256, 262144)});
+        for (int sp : dcp::legal_sp_sizes(cost)) {
+          for (int ring = dcp::step_ring_of(cost, sp); ring <= dcp::widest_ring_of(cost, sp) && sp % ring == 0;
+               ring *= 2) {
+            const double at0 = floors.both(load, sp, 0, ring).work, atL = floors.both(load, sp, L, ring).work;
+            for (int k = 0; k <= L; ++k) {
+              const double at = floors.both(load, sp, k, ring).work;
+              EXPECT_NEAR(at, at0 + (atL - at0) * k / L, 1e-9 * atL) << model.name << " sp " << sp << " k " << k;
+              EXPECT_GE(at * dcp::forward_share(L, k),
+                        std::min(at0 * dcp::forward_share(L, 0), atL * dcp::forward_share(L, L)) * (1 - 1e-12));
+            }
+            ++tested;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(tested, 100);
 }
 
 TEST(PipelinePlans, EveryPathFitsInTheBoundAndNoPlanBeatsIt) {

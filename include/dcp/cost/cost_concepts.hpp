@@ -44,7 +44,9 @@
 ///   - `work_floors_cost_model`: `c.floors()`, a value whose `both(l, sp, k, r)` gives `.work`
 ///     and `.packed` of a step run with ring r, with the model's per-call terms computed once.
 ///     Law: they equal `c.work_floor(l, sp, k, r)` and `c.packed_work_floor(l, sp, k, r)` (the
-///     three-argument forms at r = `step_ring_of(c, sp)`), so the lower bounds may take either.
+///     three-argument forms at r = `step_ring_of(c, sp)`), so the lower bounds may take either;
+///     and `.work` is affine in k, so the pipelined bound may read a step's least forward
+///     (`work L / (3L + k)`, monotone in k) at the two ends of k's range (DESIGN 4.5).
 ///   - `shared_time_floor_cost_model`: `c.shared_time_floor(l, sp, k, alone_s, batch)`, given
 ///     `alone_s` (l's time alone with k blocks at its fastest legal ring), the least seconds of any
 ///     step on sp units with at least k blocks that holds l among sequences of `batch` (their

@@ -14,6 +14,7 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/sequence.hpp>
 
@@ -122,6 +123,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     std::size_t first, last;
     double w, t;
     std::size_t owner;  // the first feasible sequence with these terms, as an index into `ranges`
+    double ahead = 0.25;  // phi_i: its forward, on any option at any recompute, is at least phi_i w
   };
   std::vector<priced> ranges;  // per feasible sequence, in order: its terms (twins share them)
   std::vector<priced> seen(count);
@@ -146,6 +148,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       return o.time_s;
   };
   double work = 0, longest = 0, shares = 0, shortest = std::numeric_limits<double>::infinity();
+  const int pp = cost.layout().pp;
   for (std::size_t i = 0; i < count; ++i) {
     if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
       const priced p = seen[i] = seen[j];
@@ -161,6 +164,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     const std::size_t start = terms.size();
     double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
     double share = 0;
+    double forward = std::numeric_limits<double>::infinity();  // its least forward seconds (work floors)
     if constexpr (step_floor_share_cost_model<C>) share = cost.step_floor_share(load);
     for (const sequence_option& o : options_at(i)) {
       const double speed = speed_of_sp[static_cast<std::size_t>(o.sp)];
@@ -180,6 +184,16 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
         const double fastest = in_company(load, o) / speed;
         terms.push_back({fastest, std::max(floor, packed), share, sp});
         w = std::min(w, floor), t = std::min(t, fastest);
+        if constexpr (pipeline_cost_model<C>)
+          if (pp > 1) {
+            // The work floor is affine in k, so its forward share `floor(k) L / (3L + k)` is
+            // monotone in k: the least over k..L is at an end (DESIGN 4.5, around a path).
+            const int L = cost.blocks();
+            double all = floors.both(load, sp, L, step_ring_of(cost, sp)).work;
+            for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2)
+              all = std::min(all, floors.both(load, sp, L, r).work);
+            forward = std::min({forward, floor * forward_share(L, k), all * forward_share(L, L)});
+          }
         continue;
       }
       const double floor = least_work_floor(cost, load, sp, k);
@@ -196,6 +210,8 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       w = std::min(w, floor), t = std::min(t, x.time);
     }
     seen[i] = {start, terms.size(), w, t, ranges.size()};
+    // In [1/4, 1/3] in exact arithmetic; the clamp absorbs rounding.
+    if (std::isfinite(forward) && w > 0) seen[i].ahead = std::clamp(forward / w, 0.25, 1.0 / 3);
     if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
     ranges.push_back(seen[i]);
     shares += share;
@@ -208,32 +224,51 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   out.longest_s = longest;
   out.shortest_s = std::isfinite(shortest) ? shortest : 0;
   // Pipelines (DESIGN 4.5): sequence i's micro-batch on s units lasts t >= t_i(s) per stage and
-  // takes P t to pass the stages. Of its units' other work (y per unit), stage 0 runs the
-  // forwards of what is ahead of it (at least a quarter of a stage time each) before its path and
+  // takes P t to pass the stages. Of its units' other work (y per unit, in floors), stage 0 runs
+  // the forwards of what is ahead of it (at least phi of its floors: below) before its path and
   // the backwards of what is behind it (at least two thirds) after, at any warmup depth; the last
   // stage runs everything ahead, forward and backward, before it, and the path's backward then
-  // returns through P - 1 stages. With a ahead: T >= P t + a/4 + 2 (y - a)/3 and
+  // returns through P - 1 stages. With a ahead: T >= P t + phi a + 2 (y - a)/3 and
   // T >= t + 2 (P - 1) t / 3 + a + 2 (y - a)/3, whose larger is least at a = min(y, y*),
-  // y* = 4 (P - 1) t / 9: T >= g(y) = P t + y/4 + 5/12 max(0, y - y*). The other units carry the
-  // rest, T >= (R - s y) / (U - s) (equal speeds). R is the other sequences' floors less what
-  // fits beside i at no extra time, s t - W'_i(s) (packing more lengthens the path faster than it
-  // shortens the rest). The least over y, then over i's options, bounds every plan; the largest
-  // over i is `around_s`.
-  if (const int stages = cost.layout().pp; stages > 1 && speeds.empty()) {
-    const double P = stages, U = cost.gpus();
-    for (const priced& p : ranges) {
+  // y* = (P - 1) t / (3 (1 - phi)): T >= g(y) = P t + phi y + (2/3 - phi) max(0, y - y*). The
+  // other units carry the rest, T >= (R - s y) / (U - s) (equal speeds). R is the other
+  // sequences' floors less what fits beside i at no extra time, s t - W'_i(s) (packing more
+  // lengthens the path faster than it shortens the rest). The least over y, then over i's
+  // options, bounds every plan; the largest over i is `around_s`.
+  // phi: a step's forward is `forward_share(L, k)` of its time, 1/4 to 1/3. Where the work floor
+  // is affine in k (`work_floors_cost_model`), floor(k) L / (3L + k) is monotone in k, so a
+  // sequence's forward on any option at any k >= kmin is at least the least of it at kmin and
+  // at L over its options: phi_j of its floor W_j (`priced::ahead`). The others' least phi_j
+  // holds for every mix ahead of i; elsewhere phi = 1/4.
+  if (pp > 1 && speeds.empty()) {
+    const double P = pp, U = cost.gpus();
+    // The two least phi_j, so that i's own is left out of its term.
+    std::size_t least_at = ranges.size();
+    double phi1 = 0.25, phi2 = 0.25;
+    if (!ranges.empty()) {
+      phi1 = phi2 = 1.0 / 3;
+      for (std::size_t r = 0; r < ranges.size(); ++r) {
+        if (ranges[r].ahead < phi1)
+          phi2 = phi1, phi1 = ranges[r].ahead, least_at = r;
+        else if (ranges[r].ahead < phi2)
+          phi2 = ranges[r].ahead;
+      }
+    }
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      const priced& p = ranges[r];
+      const double phi = r == least_at ? phi2 : phi1;
       double least = std::numeric_limits<double>::infinity();
       for (std::size_t o = p.first; o < p.last; ++o) {
         const double s = terms[o].sp, t = terms[o].time;
         const double rest = std::max(0.0, work - p.w - std::max(0.0, s * t - terms[o].floor));
-        const double knee = 4.0 / 9.0 * (P - 1) * t;  // y*: past it the last stage binds
-        auto around = [&](double y) { return P * t + y / 4 + 5.0 / 12.0 * std::max(0.0, y - knee); };
+        const double knee = (P - 1) * t / (3 * (1 - phi));  // y*: past it the last stage binds
+        auto around = [&](double y) { return P * t + phi * y + (2.0 / 3.0 - phi) * std::max(0.0, y - knee); };
         double at = around(rest / s);  // every unit holds i: all the rest is around its path
         if (s < U) {
           // g rises and (R - s y) / (U - s) falls in y: they cross on g's first piece or its second.
           const double c = s / (U - s), others = rest / (U - s);
-          double y = (others - P * t) / (0.25 + c);
-          if (y > knee) y = (others - P * t + 5.0 / 12.0 * knee) / (2.0 / 3.0 + c);
+          double y = (others - P * t) / (phi + c);
+          if (y > knee) y = (others - P * t + (2.0 / 3.0 - phi) * knee) / (2.0 / 3.0 + c);
           y = std::clamp(y, 0.0, rest / s);
           at = std::max(around(y), others - c * y);
         }
