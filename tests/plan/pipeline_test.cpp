@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -181,6 +182,19 @@ std::vector<dcp::sequence> text_batch(dcp_test::rng& r, std::int64_t count, std:
   return out;
 }
 
+// The blocks of a random round on `units` units (a power of two): 0 to 6 single-unit steps per
+// unit, then `least` to 3 steps on aligned blocks of 2 or more (nested or disjoint).
+std::vector<dcp::rank_block> random_round(dcp_test::rng& r, int units, std::int64_t least) {
+  std::vector<dcp::rank_block> blocks;
+  for (int u = 0; u < units; ++u)
+    for (std::int64_t k = r.between(0, 6); k > 0; --k) blocks.push_back({u, 1});
+  for (std::int64_t k = r.between(least, 3); k > 0; --k) {
+    const int size = 1 << r.between(1, std::countr_zero(static_cast<unsigned>(units)));
+    blocks.push_back({size * static_cast<int>(r.between(0, units / size - 1)), size});
+  }
+  return blocks;
+}
+
 TEST(PipelineOrder, ShortEndsOrAheadOfALongPath) {
   // `order_short_ends` on random rounds of single-unit steps and aligned shared blocks: every unit
   // runs its single-unit steps around its shared steps (widest first), a unit that shares takes the
@@ -192,15 +206,8 @@ TEST(PipelineOrder, ShortEndsOrAheadOfALongPath) {
   for (int trial = 0; trial < 200; ++trial) {
     const int units = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
     const int P = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
-    std::vector<dcp::rank_block> blocks;
-    for (int u = 0; u < units; ++u)
-      for (std::int64_t k = r.between(0, 6); k > 0; --k) blocks.push_back({u, 1});
+    dcp::plan p = plan_of(units, random_round(r, units, 0));
     const double scale = r.pick(std::vector<double>{0.1, 1.0, 10.0});
-    for (std::int64_t k = r.between(0, 3); k > 0; --k) {
-      const int size = 1 << r.between(1, std::countr_zero(static_cast<unsigned>(units)));
-      blocks.push_back({size * static_cast<int>(r.between(0, units / size - 1)), size});
-    }
-    dcp::plan p = plan_of(units, blocks);
     if (p.steps.empty()) continue;
     for (std::size_t j = 0; j < p.steps.size(); ++j) {
       p.steps[j].start_s = static_cast<double>(j);  // identifies the step after the order
@@ -269,6 +276,103 @@ TEST(PipelineOrder, ShortEndsOrAheadOfALongPath) {
   }
   EXPECT_GT(long_paths, 0) << "no unit shared a step under a long path: the test tests nothing";
   EXPECT_GT(tents, 0) << "every unit that shared a step was under a long path";
+}
+
+TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
+  // `order_short_ends(p, P, true)` on random rounds with nested shared blocks: where every shared
+  // step lies in the block of the longest, X, and (P - 1) t_X / 2 is at least half of any of its
+  // units' other work, X's units run their shared steps and longest single-unit steps ahead of X
+  // (X at one index on all of them), the rest after it longest first; the orders agree (the
+  // schedule never deadlocks) and every step is there once. Without the flag the order is the
+  // tent (the test above), and the result says whether a path dominated.
+  dcp_test::rng r(0xd0a7);
+  int dominated = 0, not_dominated = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int units = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
+    const int P = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
+    dcp::plan p = plan_of(units, random_round(r, units, 1));
+    const double scale = r.pick(std::vector<double>{1.0, 4.0, 16.0});
+    for (std::size_t j = 0; j < p.steps.size(); ++j) {
+      p.steps[j].start_s = static_cast<double>(j);
+      p.steps[j].time_s = (p.steps[j].sp() > 1 ? scale : 1.0) * (1 + r.unit());
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(units) + " units, P = " + std::to_string(P));
+    // Expected: X and whether it dominates, from the definition.
+    std::size_t x = 0;
+    for (std::size_t j = 0; j < p.steps.size(); ++j)
+      if (p.steps[j].sp() > 1 && (p.steps[x].sp() == 1 || p.steps[j].time_s > p.steps[x].time_s)) x = j;
+    const dcp::rank_block block = p.steps[x].ranks;
+    double others = 0;
+    for (int u = block.first; u < block.end(); ++u) {
+      double w = 0;
+      for (const auto& s : p.steps) w += s.ranks.contains(u) ? s.time_s : 0;
+      others = std::max(others, w - p.steps[x].time_s);
+    }
+    bool expect = (P - 1) * p.steps[x].time_s / 2 >= 0.5 * others;
+    for (const auto& s : p.steps)
+      expect &= s.sp() == 1 || (s.ranks.first >= block.first && s.ranks.end() <= block.end());
+
+    dcp::plan tent = p, around = p;
+    EXPECT_EQ(dcp::order_short_ends(tent, P), expect);
+    EXPECT_EQ(dcp::order_short_ends(around, P, true), expect);
+    auto ids = [](const dcp::plan& q) {
+      std::vector<double> out;
+      for (const auto& s : q.steps) out.push_back(s.start_s);
+      return out;
+    };
+    // X can have one index on all its units unless one has fewer steps besides X than another
+    // has shared steps besides X; then the tent stays.
+    std::size_t most_shared = 0, fewest = p.steps.size();
+    for (int u = block.first; u < block.end(); ++u) {
+      std::size_t shared = 0, all = 0;
+      for (std::size_t j = 0; j < p.steps.size(); ++j)
+        if (j != x && p.steps[j].ranks.contains(u)) ++all, shared += p.steps[j].sp() > 1;
+      most_shared = std::max(most_shared, shared), fewest = std::min(fewest, all);
+    }
+    if (!expect || most_shared > fewest) {
+      ++not_dominated;
+      EXPECT_EQ(ids(around), ids(tent)) << "the tent where no path dominates or X cannot have one index";
+      continue;
+    }
+    ++dominated;
+    std::vector<int> seen(p.steps.size(), 0);
+    for (const auto& s : around.steps) ++seen[static_cast<std::size_t>(s.start_s)];
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "a step lost or doubled";
+    std::set<std::size_t> at;  // X's index on each of its units
+    for (int u = block.first; u < block.end(); ++u) {
+      std::vector<const dcp::plan_step*> list;
+      for (const auto& s : around.steps)
+        if (s.ranks.contains(u)) list.push_back(&s);
+      const auto it = std::find_if(list.begin(), list.end(),
+                                   [&](const dcp::plan_step* s) { return s->start_s == static_cast<double>(x); });
+      ASSERT_NE(it, list.end());
+      at.insert(static_cast<std::size_t>(it - list.begin()));
+      double least_ahead = std::numeric_limits<double>::infinity(), longest_behind = 0;
+      for (auto i = list.begin(); i != list.end(); ++i) {
+        if (i < it && (*i)->sp() == 1) least_ahead = std::min(least_ahead, (*i)->time_s);
+        if (i > it) {
+          EXPECT_EQ((*i)->sp(), 1) << "unit " << u << ": a shared step behind X";
+          longest_behind = std::max(longest_behind, (*i)->time_s);
+          if (i > it + 1) {
+            EXPECT_LE((*i)->time_s, (*(i - 1))->time_s) << "unit " << u << ": behind X not longest first";
+          }
+        }
+      }
+      EXPECT_LE(longest_behind, least_ahead) << "unit " << u << ": a single-unit step behind X outlasts one ahead";
+    }
+    EXPECT_EQ(at.size(), 1u) << "X at different indices on its units";
+    {
+      const std::vector<dcp::pipeline_step_times> times(around.steps.size(), {1.0, 2.0, 0.0});
+      for (int depth = 1; depth <= 3; ++depth) {
+        around.warmup_depth = depth;
+        dcp::pipeline_deadlock stuck{around.steps.size()};
+        (void)dcp::schedule_pipeline(around, times, P, &stuck);
+        EXPECT_EQ(stuck.first_stuck, around.steps.size()) << "the units' orders wait on each other at depth " << depth;
+      }
+    }
+  }
+  EXPECT_GT(dominated, 10) << "few rounds with a dominating path: the test tests little";
+  EXPECT_GT(not_dominated, 10);
 }
 
 // The plans of dcp and of every baseline (tuned on the batch) for `batch` on `cost`.

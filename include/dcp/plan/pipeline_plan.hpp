@@ -16,7 +16,12 @@
 ///     at least half the busiest unit's work, the units that share steps take their q longest
 ///     single-unit steps first instead (shortest of them first): while the long one travels, a
 ///     micro-batch ahead of it costs stage 0 its forward (the backward comes back meanwhile), one
-///     behind it its backward, after the long one's.
+///     behind it its backward, after the long one's. Where the path dominates (the longest shared
+///     step X's block holds every shared step of the round and (P - 1) t_X / 2, the work ahead
+///     that evens stage 0 and the last stage, is at least half of any of its units' other work),
+///     a second order runs as well (part 4): X last on its units, their shared steps and longest
+///     single-unit steps ahead of it up to that work (X at one index on all of them), the rest
+///     after it, longest first.
 ///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
 ///     min(d (P - 1) + 1, p + 1) micro-batches; where their memory passes the capacity, the
 ///     micro-batch of the window that frees bytes for the fewest added seconds per byte
@@ -29,13 +34,15 @@
 ///  4. Warmup (`short_ends` only): parts 2 and 3 at warmup depths 1, 2, ... (`plan::warmup_depth`,
 ///     up to `deepest_warmup`) while each ends sooner than the one before; the plan keeps the
 ///     fastest. A deeper warmup lets stage 0 run ahead while a long micro-batch travels the later
-///     stages, and holds more micro-batches in flight (so possibly more recompute). The
+///     stages, and holds more micro-batches in flight (so possibly more recompute). With a
+///     second order (part 1), it runs at its own best depth and the plan keeps the sooner. The
 ///     baselines keep 1F1B's depth 1, as Megatron runs them.
 
 #include <algorithm>
 #include <cstddef>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -88,9 +95,99 @@ std::vector<pipeline_step_times> pipeline_times(const plan& p, const C& cost) {
   return detail::step_times(p, cost, transfer);
 }
 
+namespace detail {
+/// The step of a round (steps `shared` of it shared by several units, `work[u]` unit u's seconds)
+/// whose path dominates, or `p.steps.size()` where none does: the longest shared step X, whose
+/// block holds every shared step of the round, with the balance (P - 1) t_X / 2 (the work ahead
+/// that evens stage 0 and the last stage, DESIGN 4.5) at least half the most work any unit of it
+/// has besides X.
+inline std::size_t dominating_path(const plan& p, int stages, std::span<const std::size_t> shared,
+                                   std::span<const double> work) {
+  if (shared.empty()) return p.steps.size();
+  const std::size_t x = *std::max_element(shared.begin(), shared.end(), [&](std::size_t i, std::size_t j) {
+    return p.steps[i].time_s != p.steps[j].time_s ? p.steps[i].time_s < p.steps[j].time_s : i > j;
+  });
+  const rank_block block = p.steps[x].ranks;
+  const double t = p.steps[x].time_s;
+  double others = 0;
+  for (int u = block.first; u < block.end(); ++u) others = std::max(others, work[static_cast<std::size_t>(u)] - t);
+  if ((stages - 1) * t / 2 < 0.5 * others) return p.steps.size();
+  for (std::size_t j : shared)
+    if (p.steps[j].ranks.first < block.first || p.steps[j].ranks.end() > block.end()) return p.steps.size();
+  return x;
+}
+
+/// A round ordered around its dominating path X (`dominating_path`): X's units run their shared
+/// steps and their longest single-unit steps ahead of X, up to the balance (P - 1) t_X / 2, and
+/// the rest after it. Appends the round's order to `order`, or returns false (order untouched)
+/// where X cannot have one index on all its units. `singles[u]` holds unit u's single-unit steps,
+/// `shared` the round's others.
+inline bool order_around_path(const plan& p, int stages, std::size_t x, std::vector<std::vector<std::size_t>>& singles,
+                              std::vector<std::size_t> shared, std::vector<std::size_t>& order) {
+  const rank_block block = p.steps[x].ranks;
+  const double balance = (stages - 1) * p.steps[x].time_s / 2;
+  shared.erase(std::find(shared.begin(), shared.end(), x));
+  std::stable_sort(shared.begin(), shared.end(), [&](std::size_t i, std::size_t j) {
+    const plan_step &s = p.steps[i], &t2 = p.steps[j];
+    return s.sp() != t2.sp() ? s.sp() > t2.sp() : s.ranks.first < t2.ranks.first;
+  });
+  // Per unit of X: its shared steps, and how many of its longest single-unit steps fit with
+  // them in the balance. X's index must be the same on every unit of it (so their orders
+  // agree): the least such count, but never fewer than any unit's shared steps.
+  auto shorter = [&](std::size_t i, std::size_t j) {
+    return p.steps[i].time_s != p.steps[j].time_s ? p.steps[i].time_s < p.steps[j].time_s : i < j;
+  };
+  std::size_t index = std::numeric_limits<std::size_t>::max(), most_shared = 0, fewest_steps = index;
+  std::vector<std::size_t> shares(singles.size(), 0);
+  for (int u = block.first; u < block.end(); ++u) {
+    const auto uu = static_cast<std::size_t>(u);
+    double ahead = 0;
+    for (std::size_t j : shared)
+      if (p.steps[j].ranks.contains(u)) ++shares[uu], ahead += p.steps[j].time_s;
+    auto& list = singles[uu];
+    std::sort(list.begin(), list.end(), shorter);
+    std::size_t fit = 0;
+    while (fit < list.size() && ahead + p.steps[list[list.size() - 1 - fit]].time_s <= balance)
+      ahead += p.steps[list[list.size() - 1 - fit]].time_s, ++fit;
+    index = std::min(index, shares[uu] + fit);
+    most_shared = std::max(most_shared, shares[uu]);
+    fewest_steps = std::min(fewest_steps, shares[uu] + list.size());
+  }
+  if (most_shared > fewest_steps) return false;  // some unit cannot reach X where the others do
+  index = std::max(index, most_shared);
+  // Ahead: the least count of ahead single-unit steps of any unit first (the shortest of them),
+  // then the shared steps widest first, then the other ahead steps shortest first; X; behind:
+  // the rest longest first. Units outside X's block share nothing: every other single-unit step
+  // ahead, shortest first, the rest behind, longest first.
+  std::size_t first = index;
+  for (int u = block.first; u < block.end(); ++u) first = std::min(first, index - shares[static_cast<std::size_t>(u)]);
+  std::vector<std::vector<std::size_t>> later(singles.size()), behind(singles.size());
+  for (std::size_t u = 0; u < singles.size(); ++u) {
+    const auto& list = singles[u];
+    if (block.contains(static_cast<int>(u))) {
+      const std::size_t ahead = index - shares[u], from = list.size() - ahead;
+      for (std::size_t i = 0; i < list.size(); ++i)
+        (i < from ? behind[u] : i < from + first ? order : later[u]).push_back(list[i]);
+    } else {
+      auto sorted = list;
+      std::sort(sorted.begin(), sorted.end(), shorter);
+      for (std::size_t i = 0; i < sorted.size(); ++i) (i % 2 == 0 ? order : behind[u]).push_back(sorted[i]);
+    }
+  }
+  order.insert(order.end(), shared.begin(), shared.end());
+  for (const auto& list : later) order.insert(order.end(), list.begin(), list.end());
+  order.push_back(x);
+  for (const auto& list : behind) order.insert(order.end(), list.rbegin(), list.rend());
+  return true;
+}
+}  // namespace detail
+
 /// Orders every unit's micro-batches as `pipeline_order::short_ends` (the file comment, part 1),
-/// round by round, for `stages` stages; `p` is in round order and its steps priced.
-inline void order_short_ends(plan& p, int stages) {
+/// round by round, for `stages` stages; `p` is in round order and its steps priced. With
+/// `path_last`, a round whose path dominates takes the order around it instead. Returns whether
+/// some round's path dominates.
+inline bool order_short_ends(plan& p, int stages, bool path_last = false) {
+  bool dominated = false;
   std::vector<plan_step> out;
   out.reserve(p.steps.size());
   for (std::size_t a = 0; a < p.steps.size();) {
@@ -129,6 +226,14 @@ inline void order_short_ends(plan& p, int stages) {
     };
     std::vector<std::size_t> order;
     std::vector<std::vector<std::size_t>> rest(singles.size());
+    if (const std::size_t x = detail::dominating_path(p, stages, shared, work); x < p.steps.size()) {
+      dominated = true;
+      if (path_last && detail::order_around_path(p, stages, x, singles, shared, order)) {
+        for (std::size_t j : order) out.push_back(std::move(p.steps[j]));
+        a = b;
+        continue;
+      }
+    }
     for (std::size_t u = 0; u < singles.size(); ++u) {
       auto& list = singles[u];
       std::sort(list.begin(), list.end(), shorter);
@@ -149,6 +254,7 @@ inline void order_short_ends(plan& p, int stages) {
     a = b;
   }
   p.steps = std::move(out);
+  return dominated;
 }
 
 namespace detail {
@@ -292,15 +398,12 @@ inline void restore(plan& p, const std::vector<step_state>& states) {
 /// micro-batches.
 inline constexpr int deepest_warmup = 6;
 
-/// The pipeline plan of `p` (the file comment's parts); `p` is sorted by (round, start, first
-/// unit) and its steps priced on `cost` and fitting its capacity alone.
+namespace detail {
+/// Parts 2-4 of `pipeline_plan` for `p` in its final order: with `search`, the warmup depths 1,
+/// 2, ... while each ends sooner than the one before (the plan keeps the fastest), else depth 1.
 template <pipeline_cost_model C>
-void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
-  const int P = cost.layout().pp;
-  if (P <= 1 || p.steps.empty()) return;
-  p.warmup_depth = 1;
-  if (order == pipeline_order::short_ends) order_short_ends(p, P);
-  // Once per plan (in its final order): the steps' loads and transfers, which recompute leaves.
+void fit_at_depth(plan& p, const C& cost, bool search) {
+  // Once per order: the steps' loads and transfers, which recompute leaves.
   std::vector<typename C::load_type> loads;
   std::vector<double> transfer;
   loads.reserve(p.steps.size()), transfer.reserve(p.steps.size());
@@ -308,25 +411,46 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
     loads.push_back(load_of_step(cost, s));
     transfer.push_back(cost.stage_transfer(loads.back(), s.sp()));
   }
+  p.warmup_depth = 1;
+  const auto ordered = search ? states_of(p) : std::vector<step_state>{};
+  fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
+  // Parts 2 and 3 change only what `step_state` keeps, so each depth starts from the ordered steps'.
+  for (int d = 2; search && d <= deepest_warmup; ++d) {
+    auto best = states_of(p);
+    const double best_makespan = p.makespan_s;
+    restore(p, ordered);
+    p.warmup_depth = d;
+    fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
+    if (!(p.makespan_s < best_makespan)) {
+      restore(p, best);
+      p.warmup_depth = d - 1, p.makespan_s = best_makespan;
+      break;
+    }
+  }
+}
+}  // namespace detail
+
+/// The pipeline plan of `p` (the file comment's parts); `p` is sorted by (round, start, first
+/// unit) and its steps priced on `cost` and fitting its capacity alone.
+template <pipeline_cost_model C>
+void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
+  const int P = cost.layout().pp;
+  if (P <= 1 || p.steps.empty()) return;
   if (order == pipeline_order::short_ends) {
-    // 4. The warmup: depths 1, 2, ... while each ends sooner than the one before. Parts 2 and 3
-    // change only what `detail::step_state` keeps, so each depth starts from the ordered steps'.
-    const auto ordered = detail::states_of(p);
-    detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
-    for (int d = 2; d <= deepest_warmup; ++d) {
-      auto best = detail::states_of(p);
-      const double best_makespan = p.makespan_s;
-      detail::restore(p, ordered);
-      p.warmup_depth = d;
-      detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
-      if (!(p.makespan_s < best_makespan)) {
-        detail::restore(p, best);
-        p.warmup_depth = d - 1, p.makespan_s = best_makespan;
-        break;
-      }
+    // Where a round's path dominates, its order around the path runs as well, at its own best
+    // depth; the plan keeps the sooner (ties: the tent).
+    std::optional<plan> around;
+    if (order_short_ends(p, P)) {
+      around = p;
+      order_short_ends(*around, P, true);
+    }
+    detail::fit_at_depth(p, cost, true);
+    if (around) {
+      detail::fit_at_depth(*around, cost, true);
+      if (around->makespan_s < p.makespan_s) p = std::move(*around);
     }
   } else {
-    detail::fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
+    detail::fit_at_depth(p, cost, false);
   }
   std::stable_sort(p.steps.begin(), p.steps.end(), [](const plan_step& a, const plan_step& b) {
     if (a.round != b.round) return a.round < b.round;
