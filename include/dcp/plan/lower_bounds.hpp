@@ -175,12 +175,16 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
         // The same floors, through the cost model's per-model terms computed once (`floors`),
         // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
         // then each wider one.
-        auto [floor, packed] = floors.both(load, sp, k, step_ring_of(cost, sp));
-        for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2) {
-          const auto [work_r, packed_r] = floors.both(load, sp, k, r);
-          floor = work_r < floor ? work_r : floor;
-          packed = packed_r < packed ? packed_r : packed;
-        }
+        auto least_over_rings = [&](int kk) {
+          auto least = floors.both(load, sp, kk, step_ring_of(cost, sp));
+          for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2) {
+            const auto [work_r, packed_r] = floors.both(load, sp, kk, r);
+            least.work = work_r < least.work ? work_r : least.work;
+            least.packed = packed_r < least.packed ? packed_r : least.packed;
+          }
+          return least;
+        };
+        const auto [floor, packed] = least_over_rings(k);
         const double fastest = in_company(load, o) / speed;
         terms.push_back({fastest, std::max(floor, packed), share, sp});
         w = std::min(w, floor), t = std::min(t, fastest);
@@ -189,10 +193,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
             // The work floor is affine in k, so its forward share `floor(k) L / (3L + k)` is
             // monotone in k: the least over k..L is at an end (DESIGN 4.5, around a path).
             const int L = cost.blocks();
-            double all = floors.both(load, sp, L, step_ring_of(cost, sp)).work;
-            for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2)
-              all = std::min(all, floors.both(load, sp, L, r).work);
-            forward = std::min({forward, floor * forward_share(L, k), all * forward_share(L, L)});
+            forward = std::min({forward, floor * forward_share(L, k), least_over_rings(L).work * forward_share(L, L)});
           }
         continue;
       }

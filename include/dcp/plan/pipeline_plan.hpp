@@ -121,22 +121,16 @@ inline std::size_t dominating_path(const plan& p, int stages, std::span<const st
 /// steps and their longest single-unit steps ahead of X, up to the balance (P - 1) t_X / 2, and
 /// the rest after it. Appends the round's order to `order`, or returns false (order untouched)
 /// where X cannot have one index on all its units. `singles[u]` holds unit u's single-unit steps,
-/// `shared` the round's others.
-inline bool order_around_path(const plan& p, int stages, std::size_t x, std::vector<std::vector<std::size_t>>& singles,
-                              std::vector<std::size_t> shared, std::vector<std::size_t>& order) {
+/// shortest first, `shared` the round's others, widest first (as `order_short_ends` sorts them).
+inline bool order_around_path(const plan& p, int stages, std::size_t x,
+                              const std::vector<std::vector<std::size_t>>& singles, std::vector<std::size_t> shared,
+                              std::vector<std::size_t>& order) {
   const rank_block block = p.steps[x].ranks;
   const double balance = (stages - 1) * p.steps[x].time_s / 2;
   shared.erase(std::find(shared.begin(), shared.end(), x));
-  std::stable_sort(shared.begin(), shared.end(), [&](std::size_t i, std::size_t j) {
-    const plan_step &s = p.steps[i], &t2 = p.steps[j];
-    return s.sp() != t2.sp() ? s.sp() > t2.sp() : s.ranks.first < t2.ranks.first;
-  });
   // Per unit of X: its shared steps, and how many of its longest single-unit steps fit with
   // them in the balance. X's index must be the same on every unit of it (so their orders
   // agree): the least such count, but never fewer than any unit's shared steps.
-  auto shorter = [&](std::size_t i, std::size_t j) {
-    return p.steps[i].time_s != p.steps[j].time_s ? p.steps[i].time_s < p.steps[j].time_s : i < j;
-  };
   std::size_t index = std::numeric_limits<std::size_t>::max(), most_shared = 0, fewest_steps = index;
   std::vector<std::size_t> shares(singles.size(), 0);
   for (int u = block.first; u < block.end(); ++u) {
@@ -144,8 +138,7 @@ inline bool order_around_path(const plan& p, int stages, std::size_t x, std::vec
     double ahead = 0;
     for (std::size_t j : shared)
       if (p.steps[j].ranks.contains(u)) ++shares[uu], ahead += p.steps[j].time_s;
-    auto& list = singles[uu];
-    std::sort(list.begin(), list.end(), shorter);
+    const auto& list = singles[uu];
     std::size_t fit = 0;
     while (fit < list.size() && ahead + p.steps[list[list.size() - 1 - fit]].time_s <= balance)
       ahead += p.steps[list[list.size() - 1 - fit]].time_s, ++fit;
@@ -169,9 +162,7 @@ inline bool order_around_path(const plan& p, int stages, std::size_t x, std::vec
       for (std::size_t i = 0; i < list.size(); ++i)
         (i < from ? behind[u] : i < from + first ? order : later[u]).push_back(list[i]);
     } else {
-      auto sorted = list;
-      std::sort(sorted.begin(), sorted.end(), shorter);
-      for (std::size_t i = 0; i < sorted.size(); ++i) (i % 2 == 0 ? order : behind[u]).push_back(sorted[i]);
+      for (std::size_t i = 0; i < list.size(); ++i) (i % 2 == 0 ? order : behind[u]).push_back(list[i]);
     }
   }
   order.insert(order.end(), shared.begin(), shared.end());
@@ -224,6 +215,11 @@ inline bool order_short_ends(plan& p, int stages, bool path_last = false) {
     auto shorter = [&](std::size_t x, std::size_t y) {
       return p.steps[x].time_s != p.steps[y].time_s ? p.steps[x].time_s < p.steps[y].time_s : x < y;
     };
+    for (auto& list : singles) std::sort(list.begin(), list.end(), shorter);
+    std::stable_sort(shared.begin(), shared.end(), [&](std::size_t x, std::size_t y) {
+      const plan_step &s = p.steps[x], &t = p.steps[y];
+      return s.sp() != t.sp() ? s.sp() > t.sp() : s.ranks.first < t.ranks.first;
+    });
     std::vector<std::size_t> order;
     std::vector<std::vector<std::size_t>> rest(singles.size());
     if (const std::size_t x = detail::dominating_path(p, stages, shared, work); x < p.steps.size()) {
@@ -235,8 +231,7 @@ inline bool order_short_ends(plan& p, int stages, bool path_last = false) {
       }
     }
     for (std::size_t u = 0; u < singles.size(); ++u) {
-      auto& list = singles[u];
-      std::sort(list.begin(), list.end(), shorter);
+      const auto& list = singles[u];
       const std::size_t take = shares[u] ? q : (list.size() + 1) / 2;
       const bool longest_ahead = long_path && shares[u];
       for (std::size_t i = 0; i < list.size(); ++i) {
@@ -244,10 +239,6 @@ inline bool order_short_ends(plan& p, int stages, bool path_last = false) {
         (ahead ? order : rest[u]).push_back(list[i]);
       }
     }
-    std::stable_sort(shared.begin(), shared.end(), [&](std::size_t x, std::size_t y) {
-      const plan_step &s = p.steps[x], &t = p.steps[y];
-      return s.sp() != t.sp() ? s.sp() > t.sp() : s.ranks.first < t.ranks.first;
-    });
     order.insert(order.end(), shared.begin(), shared.end());
     for (const auto& list : rest) order.insert(order.end(), list.rbegin(), list.rend());
     for (std::size_t j : order) out.push_back(std::move(p.steps[j]));
