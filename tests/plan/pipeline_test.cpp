@@ -195,85 +195,94 @@ std::vector<dcp::rank_block> random_round(dcp_test::rng& r, int units, std::int6
   return blocks;
 }
 
-TEST(PipelineOrder, ShortEndsOrAheadOfALongPath) {
+TEST(PipelineOrder, ShortEndsOrAheadOfALongPathOrARamp) {
   // `order_short_ends` on random rounds of single-unit steps and aligned shared blocks: every unit
   // runs its single-unit steps around its shared steps (widest first), a unit that shares takes the
-  // same count q ahead as every other such unit, and the ones ahead are its 1st, 3rd, ... shortest,
-  // or, where the longest shared step's path P t is at least half the busiest unit's work, its q
-  // longest; ahead shortest first, behind longest first.
+  // same count q ahead as every other such unit, and the ones ahead are, for the tent, its 1st,
+  // 3rd, ... shortest, or, where the longest shared step's path P t is at least half the busiest
+  // unit's work, its q longest; for a ramp of r, its r shortest (q at most r); ahead shortest
+  // first, behind longest first.
   dcp_test::rng r(0x10e5);
-  int long_paths = 0, tents = 0;
+  int long_paths = 0, tents = 0, ramps = 0;
   for (int trial = 0; trial < 200; ++trial) {
     const int units = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
     const int P = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
-    dcp::plan p = plan_of(units, random_round(r, units, 0));
+    dcp::plan before = plan_of(units, random_round(r, units, 0));
     const double scale = r.pick(std::vector<double>{0.1, 1.0, 10.0});
-    if (p.steps.empty()) continue;
-    for (std::size_t j = 0; j < p.steps.size(); ++j) {
-      p.steps[j].start_s = static_cast<double>(j);  // identifies the step after the order
-      p.steps[j].time_s = (p.steps[j].sp() > 1 ? scale : 1.0) * (1 + r.unit());
+    const auto ramp = static_cast<std::size_t>(r.between(1, 8));
+    if (before.steps.empty()) continue;
+    for (std::size_t j = 0; j < before.steps.size(); ++j) {
+      before.steps[j].start_s = static_cast<double>(j);  // identifies the step after the order
+      before.steps[j].time_s = (before.steps[j].sp() > 1 ? scale : 1.0) * (1 + r.unit());
     }
-    const dcp::plan before = p;
-    dcp::order_short_ends(p, P);
-    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(units) + " units, P = " + std::to_string(P));
-    ASSERT_EQ(p.steps.size(), before.steps.size());
-    std::vector<int> seen(p.steps.size(), 0);
-    for (const auto& s : p.steps) ++seen[static_cast<std::size_t>(s.start_s)];
-    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "a step lost or doubled";
-
     std::vector<double> work(static_cast<std::size_t>(units), 0);
     double longest_shared = 0;
     for (const auto& s : before.steps) {
       for (int u = s.ranks.first; u < s.ranks.end(); ++u) work[static_cast<std::size_t>(u)] += s.time_s;
       if (s.sp() > 1) longest_shared = std::max(longest_shared, s.time_s);
     }
-    const bool long_path = P * longest_shared >= 0.5 * *std::max_element(work.begin(), work.end());
-    std::size_t q = p.steps.size();
-    for (int u = 0; u < units; ++u) {
-      std::size_t singles = 0;
-      bool shares = false;
-      for (const auto& s : before.steps)
-        singles += s.ranks == dcp::rank_block{u, 1}, shares |= s.sp() > 1 && s.ranks.contains(u);
-      if (shares) q = std::min(q, (singles + 1) / 2);
-    }
-    for (int u = 0; u < units; ++u) {
-      std::vector<const dcp::plan_step*> list;  // the unit's steps in order
-      std::vector<double> all;                  // its single-unit steps' times, ascending
-      std::size_t shared = 0;
-      for (const auto& s : p.steps) {
-        if (!s.ranks.contains(u)) continue;
-        list.push_back(&s);
-        if (s.sp() > 1)
-          ++shared;
-        else
-          all.push_back(s.time_s);
+    for (const std::size_t r_of : {std::size_t{0}, ramp}) {
+      dcp::plan p = before;
+      dcp::order_short_ends(p, P, r_of);
+      SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(units) +
+                   " units, P = " + std::to_string(P) + (r_of > 0 ? ", ramp " + std::to_string(r_of) : ", tent"));
+      ASSERT_EQ(p.steps.size(), before.steps.size());
+      std::vector<int> seen(p.steps.size(), 0);
+      for (const auto& s : p.steps) ++seen[static_cast<std::size_t>(s.start_s)];
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "a step lost or doubled";
+
+      const bool long_path = r_of == 0 && P * longest_shared >= 0.5 * *std::max_element(work.begin(), work.end());
+      auto prefix = [&](std::size_t singles) { return r_of > 0 ? std::min(r_of, singles) : (singles + 1) / 2; };
+      std::size_t q = p.steps.size();
+      for (int u = 0; u < units; ++u) {
+        std::size_t singles = 0;
+        bool shares = false;
+        for (const auto& s : before.steps)
+          singles += s.ranks == dcp::rank_block{u, 1}, shares |= s.sp() > 1 && s.ranks.contains(u);
+        if (shares) q = std::min(q, prefix(singles));
       }
-      std::sort(all.begin(), all.end());
-      const std::size_t take = shared > 0 ? q : (all.size() + 1) / 2;
-      std::vector<double> ahead, behind;
-      for (std::size_t i = 0; i < list.size(); ++i) {
-        if (i >= take && i < take + shared) {
-          EXPECT_GT(list[i]->sp(), 1) << "unit " << u << ": a single-unit step among its shared steps at " << i;
-          if (i > take) {
-            EXPECT_GE(list[i - 1]->sp(), list[i]->sp()) << "unit " << u << ": shared steps not widest first";
-          }
-        } else {
-          EXPECT_EQ(list[i]->sp(), 1) << "unit " << u << ": a shared step outside the middle at " << i;
-          (i < take ? ahead : behind).push_back(list[i]->time_s);
+      for (int u = 0; u < units; ++u) {
+        std::vector<const dcp::plan_step*> list;  // the unit's steps in order
+        std::vector<double> all;                  // its single-unit steps' times, ascending
+        std::size_t shared = 0;
+        for (const auto& s : p.steps) {
+          if (!s.ranks.contains(u)) continue;
+          list.push_back(&s);
+          if (s.sp() > 1)
+            ++shared;
+          else
+            all.push_back(s.time_s);
         }
+        std::sort(all.begin(), all.end());
+        const std::size_t take = shared > 0 ? q : prefix(all.size());
+        std::vector<double> ahead, behind;
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          if (i >= take && i < take + shared) {
+            EXPECT_GT(list[i]->sp(), 1) << "unit " << u << ": a single-unit step among its shared steps at " << i;
+            if (i > take) {
+              EXPECT_GE(list[i - 1]->sp(), list[i]->sp()) << "unit " << u << ": shared steps not widest first";
+            }
+          } else {
+            EXPECT_EQ(list[i]->sp(), 1) << "unit " << u << ": a shared step outside the middle at " << i;
+            (i < take ? ahead : behind).push_back(list[i]->time_s);
+          }
+        }
+        EXPECT_TRUE(std::is_sorted(ahead.begin(), ahead.end())) << "unit " << u;
+        EXPECT_TRUE(std::is_sorted(behind.rbegin(), behind.rend())) << "unit " << u;
+        std::vector<double> expected;
+        if (shared > 0 && long_path) {
+          expected.assign(all.end() - static_cast<std::ptrdiff_t>(q), all.end());
+        } else if (r_of > 0) {
+          expected.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(take));
+        } else {
+          for (std::size_t i = 0; i < all.size() && i / 2 < take; i += 2) expected.push_back(all[i]);
+        }
+        EXPECT_EQ(ahead, expected) << "unit " << u << (long_path ? " under a long path" : "");
+        if (shared > 0) (r_of > 0 ? ramps : long_path ? long_paths : tents) += 1;
       }
-      EXPECT_TRUE(std::is_sorted(ahead.begin(), ahead.end())) << "unit " << u;
-      EXPECT_TRUE(std::is_sorted(behind.rbegin(), behind.rend())) << "unit " << u;
-      std::vector<double> expected;
-      if (shared > 0 && long_path) {
-        expected.assign(all.end() - static_cast<std::ptrdiff_t>(q), all.end());
-      } else {
-        for (std::size_t i = 0; i < all.size() && i / 2 < take; i += 2) expected.push_back(all[i]);
-      }
-      EXPECT_EQ(ahead, expected) << "unit " << u << (long_path ? " under a long path" : "");
-      if (shared > 0) (long_path ? long_paths : tents) += 1;
     }
   }
+  EXPECT_GT(ramps, 0) << "no unit shared a step under a ramp";
   EXPECT_GT(long_paths, 0) << "no unit shared a step under a long path: the test tests nothing";
   EXPECT_GT(tents, 0) << "every unit that shared a step was under a long path";
 }
@@ -314,7 +323,7 @@ TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
 
     dcp::plan tent = p, around = p;
     EXPECT_EQ(dcp::order_short_ends(tent, P), expect);
-    EXPECT_EQ(dcp::order_short_ends(around, P, true), expect);
+    EXPECT_EQ(dcp::order_short_ends(around, P, 0, true), expect);
     auto ids = [](const dcp::plan& q) {
       std::vector<double> out;
       for (const auto& s : q.steps) out.push_back(s.start_s);

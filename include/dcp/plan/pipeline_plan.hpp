@@ -21,7 +21,12 @@
 ///     that evens stage 0 and the last stage, is at least half of any of its units' other work),
 ///     a second order runs as well (part 4): X last on its units, their shared steps and longest
 ///     single-unit steps ahead of it up to that work (X at one index on all of them), the rest
-///     after it, longest first.
+///     after it, longest first. A third, the ramp of r, runs at the depth d with r = d (P - 1),
+///     stage 0's warmup forwards: every unit's r shortest single-unit steps first, shortest first
+///     (q of them on units that share steps, q the least of r and their single-unit step counts),
+///     then its shared steps widest first, then the rest longest first, with no long-path rule:
+///     the warmup fills on the shortest micro-batches, so the first backwards come back soon, and
+///     after it the micro-batches shrink, so a backward is rarely waited for behind a longer one.
 ///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
 ///     min(d (P - 1) + 1, p + 1) micro-batches; where their memory passes the capacity, the
 ///     micro-batch of the window that frees bytes for the fewest added seconds per byte
@@ -35,14 +40,15 @@
 ///     up to `deepest_warmup`) while each ends sooner than the one before; the plan keeps the
 ///     fastest. A deeper warmup lets stage 0 run ahead while a long micro-batch travels the later
 ///     stages, and holds more micro-batches in flight (so possibly more recompute). With a
-///     second order (part 1), it runs at its own best depth and the plan keeps the sooner. The
-///     baselines keep 1F1B's depth 1, as Megatron runs them.
+///     second order (part 1), it runs at its own best depth and the plan keeps the sooner. Then
+///     the ramp of the kept depth's warmup count, at that depth; where it is sooner it is kept,
+///     and the ramps of the depths above it, then below it, each at its own depth, while each is
+///     sooner than the plan kept. The baselines keep 1F1B's depth 1, as Megatron runs them.
 
 #include <algorithm>
 #include <cstddef>
 #include <deque>
 #include <limits>
-#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -97,23 +103,23 @@ std::vector<pipeline_step_times> pipeline_times(const plan& p, const C& cost) {
 
 namespace detail {
 /// The step of a round (steps `shared` of it shared by several units, `work[u]` unit u's seconds)
-/// whose path dominates, or `p.steps.size()` where none does: the longest shared step X, whose
+/// whose path dominates, or `steps.size()` where none does: the longest shared step X, whose
 /// block holds every shared step of the round, with the balance (P - 1) t_X / 2 (the work ahead
 /// that evens stage 0 and the last stage, DESIGN 4.5) at least half the most work any unit of it
 /// has besides X.
-inline std::size_t dominating_path(const plan& p, int stages, std::span<const std::size_t> shared,
+inline std::size_t dominating_path(std::span<const plan_step> steps, int stages, std::span<const std::size_t> shared,
                                    std::span<const double> work) {
-  if (shared.empty()) return p.steps.size();
+  if (shared.empty()) return steps.size();
   const std::size_t x = *std::max_element(shared.begin(), shared.end(), [&](std::size_t i, std::size_t j) {
-    return p.steps[i].time_s != p.steps[j].time_s ? p.steps[i].time_s < p.steps[j].time_s : i > j;
+    return steps[i].time_s != steps[j].time_s ? steps[i].time_s < steps[j].time_s : i > j;
   });
-  const rank_block block = p.steps[x].ranks;
-  const double t = p.steps[x].time_s;
+  const rank_block block = steps[x].ranks;
+  const double t = steps[x].time_s;
   double others = 0;
   for (int u = block.first; u < block.end(); ++u) others = std::max(others, work[static_cast<std::size_t>(u)] - t);
-  if ((stages - 1) * t / 2 < 0.5 * others) return p.steps.size();
+  if ((stages - 1) * t / 2 < 0.5 * others) return steps.size();
   for (std::size_t j : shared)
-    if (p.steps[j].ranks.first < block.first || p.steps[j].ranks.end() > block.end()) return p.steps.size();
+    if (steps[j].ranks.first < block.first || steps[j].ranks.end() > block.end()) return steps.size();
   return x;
 }
 
@@ -122,11 +128,11 @@ inline std::size_t dominating_path(const plan& p, int stages, std::span<const st
 /// the rest after it. Appends the round's order to `order`, or returns false (order untouched)
 /// where X cannot have one index on all its units. `singles[u]` holds unit u's single-unit steps,
 /// shortest first, `shared` the round's others, widest first (as `order_short_ends` sorts them).
-inline bool order_around_path(const plan& p, int stages, std::size_t x,
+inline bool order_around_path(std::span<const plan_step> steps, int stages, std::size_t x,
                               const std::vector<std::vector<std::size_t>>& singles, std::vector<std::size_t> shared,
                               std::vector<std::size_t>& order) {
-  const rank_block block = p.steps[x].ranks;
-  const double balance = (stages - 1) * p.steps[x].time_s / 2;
+  const rank_block block = steps[x].ranks;
+  const double balance = (stages - 1) * steps[x].time_s / 2;
   shared.erase(std::find(shared.begin(), shared.end(), x));
   // Per unit of X: its shared steps, and how many of its longest single-unit steps fit with
   // them in the balance. X's index must be the same on every unit of it (so their orders
@@ -137,11 +143,11 @@ inline bool order_around_path(const plan& p, int stages, std::size_t x,
     const auto uu = static_cast<std::size_t>(u);
     double ahead = 0;
     for (std::size_t j : shared)
-      if (p.steps[j].ranks.contains(u)) ++shares[uu], ahead += p.steps[j].time_s;
+      if (steps[j].ranks.contains(u)) ++shares[uu], ahead += steps[j].time_s;
     const auto& list = singles[uu];
     std::size_t fit = 0;
-    while (fit < list.size() && ahead + p.steps[list[list.size() - 1 - fit]].time_s <= balance)
-      ahead += p.steps[list[list.size() - 1 - fit]].time_s, ++fit;
+    while (fit < list.size() && ahead + steps[list[list.size() - 1 - fit]].time_s <= balance)
+      ahead += steps[list[list.size() - 1 - fit]].time_s, ++fit;
     index = std::min(index, shares[uu] + fit);
     most_shared = std::max(most_shared, shares[uu]);
     fewest_steps = std::min(fewest_steps, shares[uu] + list.size());
@@ -173,24 +179,28 @@ inline bool order_around_path(const plan& p, int stages, std::size_t x,
 }
 }  // namespace detail
 
-/// Orders every unit's micro-batches as `pipeline_order::short_ends` (the file comment, part 1),
-/// round by round, for `stages` stages; `p` is in round order and its steps priced. With
-/// `path_last`, a round whose path dominates takes the order around it instead. Returns whether
-/// some round's path dominates.
-inline bool order_short_ends(plan& p, int stages, bool path_last = false) {
-  bool dominated = false;
-  std::vector<plan_step> out;
-  out.reserve(p.steps.size());
-  for (std::size_t a = 0; a < p.steps.size();) {
+namespace detail {
+/// The `pipeline_order::short_ends` order of `p` (the file comment, part 1), round by round, for
+/// `stages` stages, as the index in `p` of each step of the new order; `p` is in round order and
+/// its steps priced. `ramp` 0 gives the tent (or the long-path order), `ramp` r > 0 the ramp of r
+/// (its first part: each unit's r shortest single-unit steps first). With `path_last`, a round
+/// whose path dominates takes the order around it instead. `dominated` is set where some round's
+/// path dominates.
+inline std::vector<std::size_t> short_ends_order(std::span<const plan_step> steps, int units, int stages,
+                                                 std::size_t ramp, bool path_last, bool& dominated) {
+  dominated = false;
+  std::vector<std::size_t> out;
+  out.reserve(steps.size());
+  for (std::size_t a = 0; a < steps.size();) {
     std::size_t b = a;
-    while (b < p.steps.size() && p.steps[b].round == p.steps[a].round) ++b;
-    std::vector<std::vector<std::size_t>> singles(static_cast<std::size_t>(p.gpus));
-    std::vector<char> shares(static_cast<std::size_t>(p.gpus), 0);
-    std::vector<double> work(static_cast<std::size_t>(p.gpus), 0);
+    while (b < steps.size() && steps[b].round == steps[a].round) ++b;
+    std::vector<std::vector<std::size_t>> singles(static_cast<std::size_t>(units));
+    std::vector<char> shares(static_cast<std::size_t>(units), 0);
+    std::vector<double> work(static_cast<std::size_t>(units), 0);
     std::vector<std::size_t> shared;
     double longest_shared = 0;
     for (std::size_t j = a; j < b; ++j) {
-      const plan_step& s = p.steps[j];
+      const plan_step& s = steps[j];
       for (int u = s.ranks.first; u < s.ranks.end(); ++u) work[static_cast<std::size_t>(u)] += s.time_s;
       if (s.sp() == 1) {
         singles[static_cast<std::size_t>(s.ranks.first)].push_back(j);
@@ -203,48 +213,62 @@ inline bool order_short_ends(plan& p, int stages, bool path_last = false) {
     // A shared step whose path through the stages is at least half the busiest unit's work: while
     // it travels, a micro-batch ahead of it costs stage 0 only its forward and one behind it its
     // backward, after the long one's, so the units that share steps put their longest single-unit
-    // steps ahead (the file comment).
+    // steps ahead (the file comment). A ramp has no such rule.
     const double busiest = work.empty() ? 0.0 : *std::max_element(work.begin(), work.end());
-    const bool long_path = stages * longest_shared >= 0.5 * busiest;
-    // Prefix: every other single-unit step, shortest first (a[0], a[2], ...), at most q of them,
-    // q the same for every unit that shares a step (under a long path the q longest, shortest of
-    // them first); suffix: the rest, longest first.
-    std::size_t q = p.steps.size();
+    const bool long_path = ramp == 0 && stages * longest_shared >= 0.5 * busiest;
+    // Prefix: the tent's every other single-unit step, shortest first (a[0], a[2], ...), at most
+    // half of them, or the ramp's shortest r; q of them, q the same for every unit that shares a
+    // step (under a long path the q longest, shortest of them first); suffix: the rest, longest first.
+    auto prefix = [&](std::size_t singles_of_unit) {
+      return ramp > 0 ? std::min(ramp, singles_of_unit) : (singles_of_unit + 1) / 2;
+    };
+    std::size_t q = steps.size();
     for (std::size_t u = 0; u < singles.size(); ++u)
-      if (shares[u]) q = std::min(q, (singles[u].size() + 1) / 2);
+      if (shares[u]) q = std::min(q, prefix(singles[u].size()));
     auto shorter = [&](std::size_t x, std::size_t y) {
-      return p.steps[x].time_s != p.steps[y].time_s ? p.steps[x].time_s < p.steps[y].time_s : x < y;
+      return steps[x].time_s != steps[y].time_s ? steps[x].time_s < steps[y].time_s : x < y;
     };
     for (auto& list : singles) std::sort(list.begin(), list.end(), shorter);
     std::stable_sort(shared.begin(), shared.end(), [&](std::size_t x, std::size_t y) {
-      const plan_step &s = p.steps[x], &t = p.steps[y];
+      const plan_step &s = steps[x], &t = steps[y];
       return s.sp() != t.sp() ? s.sp() > t.sp() : s.ranks.first < t.ranks.first;
     });
-    std::vector<std::size_t> order;
-    std::vector<std::vector<std::size_t>> rest(singles.size());
-    if (const std::size_t x = detail::dominating_path(p, stages, shared, work); x < p.steps.size()) {
+    if (const std::size_t x = detail::dominating_path(steps, stages, shared, work); x < steps.size()) {
       dominated = true;
-      if (path_last && detail::order_around_path(p, stages, x, singles, shared, order)) {
-        for (std::size_t j : order) out.push_back(std::move(p.steps[j]));
+      if (path_last && detail::order_around_path(steps, stages, x, singles, shared, out)) {
         a = b;
         continue;
       }
     }
+    std::vector<std::vector<std::size_t>> rest(singles.size());
     for (std::size_t u = 0; u < singles.size(); ++u) {
       const auto& list = singles[u];
-      const std::size_t take = shares[u] ? q : (list.size() + 1) / 2;
+      const std::size_t take = shares[u] ? q : prefix(list.size());
       const bool longest_ahead = long_path && shares[u];
       for (std::size_t i = 0; i < list.size(); ++i) {
-        const bool ahead = longest_ahead ? i + take >= list.size() : i % 2 == 0 && i / 2 < take;
-        (ahead ? order : rest[u]).push_back(list[i]);
+        const bool ahead = longest_ahead ? i + take >= list.size() : ramp > 0 ? i < take : i % 2 == 0 && i / 2 < take;
+        (ahead ? out : rest[u]).push_back(list[i]);
       }
     }
-    order.insert(order.end(), shared.begin(), shared.end());
-    for (const auto& list : rest) order.insert(order.end(), list.rbegin(), list.rend());
-    for (std::size_t j : order) out.push_back(std::move(p.steps[j]));
+    out.insert(out.end(), shared.begin(), shared.end());
+    for (const auto& list : rest) out.insert(out.end(), list.rbegin(), list.rend());
     a = b;
   }
-  p.steps = std::move(out);
+  return out;
+}
+}  // namespace detail
+
+/// Orders every unit's micro-batches as `pipeline_order::short_ends` (the file comment, part 1),
+/// round by round, for `stages` stages; `p` is in round order and its steps priced. `ramp` 0
+/// gives the tent, r > 0 the ramp of r; with `path_last`, a round whose path dominates takes the
+/// order around it instead. Returns whether some round's path dominates.
+inline bool order_short_ends(plan& p, int stages, std::size_t ramp = 0, bool path_last = false) {
+  bool dominated = false;
+  const auto order = detail::short_ends_order(p.steps, p.gpus, stages, ramp, path_last, dominated);
+  std::vector<plan_step> steps;
+  steps.reserve(order.size());
+  for (std::size_t j : order) steps.push_back(std::move(p.steps[j]));
+  p.steps = std::move(steps);
   return dominated;
 }
 
@@ -265,20 +289,52 @@ auto memory_of(const C& cost, int sp) {
     return [&cost, sp](const typename C::load_type& l, int k) { return cost.memory(l, sp, k); };
 }
 
-/// Re-prices step `s`, whose load is `load`, with `k` checkpointed blocks.
-template <cost_model C>
-void checkpoint(plan_step& s, const C& cost, const typename C::load_type& load, std::span<const double> speeds,
-                int k) {
-  s.checkpointed_blocks = k;
-  s.time_s = time_with_ring(cost, load, s.sp(), k, s.ring) / block_speed(speeds, s.ranks);
-  s.memory_bytes = cost.memory(load, s.sp(), k);
-}
+/// What parts 2 and 3 price of the steps of a plan as placed, whatever their order: each one's
+/// load and stage transfer (recompute changes neither), and its time and memory at each count of
+/// checkpointed blocks, each computed the first time it is asked for (every order and warmup
+/// depth asks for many of the same).
+template <pipeline_cost_model C>
+class step_prices {
+ public:
+  step_prices(const C& cost, const plan& p) : cost_(&cost), columns_(static_cast<std::size_t>(cost.blocks()) + 1) {
+    const std::size_t n = p.steps.size();
+    loads_.reserve(n), transfer_.reserve(n), speed_.reserve(n), sp_.reserve(n), ring_.reserve(n);
+    for (const auto& s : p.steps) {
+      loads_.push_back(load_of_step(cost, s));
+      transfer_.push_back(cost.stage_transfer(loads_.back(), s.sp()));
+      speed_.push_back(block_speed(p.speeds, s.ranks));
+      sp_.push_back(s.sp()), ring_.push_back(s.ring);
+    }
+    time_.assign(n * columns_, -1), memory_.assign(n * columns_, -1);
+  }
+  double transfer(std::size_t j) const { return transfer_[j]; }
+  const typename C::load_type& load(std::size_t j) const { return loads_[j]; }
+  /// Step j's stage time with k checkpointed blocks (over its block's slowest speed).
+  double time(std::size_t j, int k) {
+    double& t = time_[j * columns_ + static_cast<std::size_t>(k)];
+    if (t < 0) t = time_with_ring(*cost_, loads_[j], sp_[j], k, ring_[j]) / speed_[j];
+    return t;
+  }
+  /// Step j's memory with k checkpointed blocks (`memory_of`).
+  double memory(std::size_t j, int k) {
+    double& m = memory_[j * columns_ + static_cast<std::size_t>(k)];
+    if (m < 0) m = memory_of(*cost_, sp_[j])(loads_[j], k);
+    return m;
+  }
+
+ private:
+  const C* cost_;
+  std::size_t columns_;
+  std::vector<typename C::load_type> loads_;
+  std::vector<double> transfer_, speed_, time_, memory_;
+  std::vector<int> sp_, ring_;
+};
 
 /// Parts 2 and 3 of `pipeline_plan` at `p.warmup_depth`: the recompute and flushes memory in
-/// flight needs, then the schedule's times, with a flush wherever the orders deadlock. `loads[j]`
-/// and `transfer[j]` are step j's load and stage transfer (neither changes with its recompute).
+/// flight needs, then the schedule's times, with a flush wherever the orders deadlock. Step j of
+/// `p` is step `origin[j]` of `prices`; `transfer[j]` is its stage transfer.
 template <pipeline_cost_model C>
-void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type> loads,
+void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<const std::size_t> origin,
                   std::span<const double> transfer) {
   const int P = cost.layout().pp;
   // 2. Memory in flight on stage 0, step by step in plan order.
@@ -314,24 +370,26 @@ void fit_and_time(plan& p, const C& cost, std::span<const typename C::load_type>
             if (s.checkpointed_blocks >= L) return;
             const double others = total - s.memory_bytes;
             // Memory does not grow with k (the cost model's law): the fewest k that fits, by halves.
-            const auto memory = memory_of(cost, s.sp());
+            const std::size_t o = origin[q];
             int lo = s.checkpointed_blocks + 1, hi = L;
             while (lo < hi) {
               const int mid = lo + (hi - lo) / 2;
-              others + memory(loads[q], mid) > cap ? lo = mid + 1 : hi = mid;
+              others + prices.memory(o, mid) > cap ? lo = mid + 1 : hi = mid;
             }
             const int k = lo;
-            const double freed = s.memory_bytes - memory(loads[q], k);
+            const double freed = s.memory_bytes - prices.memory(o, k);
             if (!(freed > 0)) return;
-            const double added =
-                time_with_ring(cost, loads[q], s.sp(), k, s.ring) / block_speed(p.speeds, s.ranks) - s.time_s;
+            const double added = prices.time(o, k) - s.time_s;
             const double price = std::max(added, 0.0) / freed;
             if (price < cheapest) cheapest = price, pick = q, pick_k = k;
           };
           for (std::size_t q : w) consider(q);
           consider(j);
           if (pick_k < 0) break;
-          checkpoint(p.steps[pick], cost, loads[pick], p.speeds, pick_k);
+          plan_step& c = p.steps[pick];
+          c.checkpointed_blocks = pick_k;
+          c.time_s = prices.time(origin[pick], pick_k);
+          c.memory_bytes = cost.memory(prices.load(origin[pick]), c.sp(), pick_k);
         }
         if (held() > cap && !w.empty()) {
           // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).
@@ -390,28 +448,25 @@ inline void restore(plan& p, const std::vector<step_state>& states) {
 inline constexpr int deepest_warmup = 6;
 
 namespace detail {
-/// Parts 2-4 of `pipeline_plan` for `p` in its final order: with `search`, the warmup depths 1,
-/// 2, ... while each ends sooner than the one before (the plan keeps the fastest), else depth 1.
+/// Parts 2-4 of `pipeline_plan` for `p` in its final order (step j of it step `origin[j]` of
+/// `prices`): the warmup depths `first`, `first + 1`, ... up to `last` while each ends sooner than
+/// the one before; the plan keeps the fastest.
 template <pipeline_cost_model C>
-void fit_at_depth(plan& p, const C& cost, bool search) {
-  // Once per order: the steps' loads and transfers, which recompute leaves.
-  std::vector<typename C::load_type> loads;
+void fit_at_depth(plan& p, const C& cost, step_prices<C>& prices, std::span<const std::size_t> origin, int first,
+                  int last) {
   std::vector<double> transfer;
-  loads.reserve(p.steps.size()), transfer.reserve(p.steps.size());
-  for (const auto& s : p.steps) {
-    loads.push_back(load_of_step(cost, s));
-    transfer.push_back(cost.stage_transfer(loads.back(), s.sp()));
-  }
-  p.warmup_depth = 1;
-  const auto ordered = search ? states_of(p) : std::vector<step_state>{};
-  fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
+  transfer.reserve(origin.size());
+  for (std::size_t o : origin) transfer.push_back(prices.transfer(o));
+  p.warmup_depth = first;
+  const auto ordered = first < last ? states_of(p) : std::vector<step_state>{};
+  fit_and_time(p, cost, prices, origin, transfer);
   // Parts 2 and 3 change only what `step_state` keeps, so each depth starts from the ordered steps'.
-  for (int d = 2; search && d <= deepest_warmup; ++d) {
+  for (int d = first + 1; d <= last; ++d) {
     auto best = states_of(p);
     const double best_makespan = p.makespan_s;
     restore(p, ordered);
     p.warmup_depth = d;
-    fit_and_time(p, cost, std::span<const typename C::load_type>(loads), transfer);
+    fit_and_time(p, cost, prices, origin, transfer);
     if (!(p.makespan_s < best_makespan)) {
       restore(p, best);
       p.warmup_depth = d - 1, p.makespan_s = best_makespan;
@@ -427,21 +482,54 @@ template <pipeline_cost_model C>
 void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
   const int P = cost.layout().pp;
   if (P <= 1 || p.steps.empty()) return;
+  detail::step_prices<C> prices(cost, p);
   if (order == pipeline_order::short_ends) {
-    // Where a round's path dominates, its order around the path runs as well, at its own best
-    // depth; the plan keeps the sooner (ties: the tent).
-    std::optional<plan> around;
-    if (order_short_ends(p, P)) {
-      around = p;
-      order_short_ends(*around, P, true);
+    // The orders are tried on the steps without their sequences (copied with every candidate, and
+    // unchanged by parts 2-4); the sequences go back to the kept one's steps.
+    plan shell = std::move(p);
+    std::vector<plan_step> placed = std::move(shell.steps);
+    shell.steps.clear();
+    std::vector<std::vector<planned_sequence>> sequences(placed.size());
+    for (std::size_t j = 0; j < placed.size(); ++j) sequences[j] = std::move(placed[j].sequences);
+    struct candidate {
+      plan p;
+      std::vector<std::size_t> origin;  // step j of p is placed step origin[j]
+    };
+    // One order of the placed steps, fitted and timed at the depths [first, last].
+    bool dominated = false;
+    auto fitted = [&](std::size_t ramp, bool path_last, int first, int last) {
+      candidate c{shell, detail::short_ends_order(placed, shell.gpus, P, ramp, path_last, dominated)};
+      c.p.steps.reserve(c.origin.size());
+      for (std::size_t j : c.origin) c.p.steps.push_back(placed[j]);
+      detail::fit_at_depth(c.p, cost, prices, c.origin, first, last);
+      return c;
+    };
+    candidate best = fitted(0, false, 1, deepest_warmup);
+    // Where a round's path dominates, the order around it, at its own best depth.
+    if (dominated)
+      if (candidate around = fitted(0, true, 1, deepest_warmup); around.p.makespan_s < best.p.makespan_s)
+        best = std::move(around);
+    // The ramp of the depth's warmup count at the best depth so far; where it is sooner, the
+    // ramps of the depths above and below it as well, each way while each is sooner.
+    auto ramp_at = [&](int d) {
+      return fitted(static_cast<std::size_t>(d) * static_cast<std::size_t>(P - 1), false, d, d);
+    };
+    if (candidate ramp = ramp_at(best.p.warmup_depth); ramp.p.makespan_s < best.p.makespan_s) {
+      const int middle = ramp.p.warmup_depth;
+      best = std::move(ramp);
+      for (int step : {1, -1})
+        for (int d = middle + step; d >= 1 && d <= deepest_warmup; d += step) {
+          candidate next = ramp_at(d);
+          if (!(next.p.makespan_s < best.p.makespan_s)) break;
+          best = std::move(next);
+        }
     }
-    detail::fit_at_depth(p, cost, true);
-    if (around) {
-      detail::fit_at_depth(*around, cost, true);
-      if (around->makespan_s < p.makespan_s) p = std::move(*around);
-    }
+    p = std::move(best.p);
+    for (std::size_t j = 0; j < p.steps.size(); ++j) p.steps[j].sequences = std::move(sequences[best.origin[j]]);
   } else {
-    detail::fit_at_depth(p, cost, false);
+    std::vector<std::size_t> origin(p.steps.size());
+    for (std::size_t j = 0; j < origin.size(); ++j) origin[j] = j;
+    detail::fit_at_depth(p, cost, prices, origin, 1, 1);
   }
   std::stable_sort(p.steps.begin(), p.steps.end(), [](const plan_step& a, const plan_step& b) {
     if (a.round != b.round) return a.round < b.round;
