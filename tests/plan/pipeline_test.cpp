@@ -119,13 +119,21 @@ TEST(PipelineSchedule, ADeeperWarmupRunsAheadOfALongMicroBatch) {
   EXPECT_LT(two, one);
   // Never below the long micro-batch's own path: forward through 4 stages and back.
   EXPECT_GE(two, 4 * 30.0);
-  // Stage 0 holds d (P - 1) + 1 micro-batches at most: the in-flight memory counts that window.
-  std::vector<double> memory(12, 2.0);
+  // Stage 0 holds d (P - 1) + 1 micro-batches at most: the in-flight memory counts that window's
+  // stored bytes (each 2 - 1 static - its working set) and its largest working set, micro-batch 4's
+  // 0.75 while it is in the window, else 0.25.
+  std::vector<double> memory(12, 2.0), working(12, 0.25);
+  working[4] = 0.75;
   for (int d : {1, 2, 3}) {
     p.warmup_depth = d;
-    const auto held = dcp::in_flight_memory(p, memory, 1.0, 4);
-    for (std::size_t i = 0; i < held.size(); ++i)
-      EXPECT_DOUBLE_EQ(held[i], 1.0 + static_cast<double>(std::min<std::size_t>(i + 1, 3 * d + 1))) << d << " " << i;
+    const auto held = dcp::in_flight_memory(p, memory, working, 1.0, 4);
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      const std::size_t count = std::min<std::size_t>(i + 1, 3 * static_cast<std::size_t>(d) + 1);
+      const bool long_one = i >= 4 && i + 1 - count <= 4;
+      const double expected =
+          1.0 + static_cast<double>(count) * 0.75 - (long_one ? 0.5 : 0.0) + (long_one ? 0.75 : 0.25);
+      EXPECT_DOUBLE_EQ(held[i], expected) << d << " " << i;
+    }
   }
 }
 
@@ -704,6 +712,39 @@ TEST(PipelineKnobs, KnobsOutOfRangeAreNamed) {
   dcp::dcp_planner p;
   p.pipeline.room = 0;
   EXPECT_DCP_ERROR((void)p.plan(cost, batch), dcp::errc::invalid_argument, "pipeline_knobs::room 0", "at least 1");
+}
+
+TEST(PipelineModel, OneWorkingSetIsLiveAtATime) {
+  // The law of `pipeline_cost_model::working_memory` on random loads, sizes and k, dense,
+  // windowed, vocabulary and video stages, analytic and scaled: the working set does not depend on k, it is
+  // part of the micro-batch's own memory (what is left, its stored bytes, is never negative), and
+  // alone in flight a micro-batch holds exactly its memory.
+  dcp_test::rng r(0x3a11);
+  auto windowed = dcp::models::llama3_8b(), vocabulary = dcp::models::llama3_8b();
+  windowed.window = 4096;
+  vocabulary.vocab = 128256;  // the loss's logits are the larger working set
+  const std::vector<dcp::transformer_spec> models{dcp::models::llama3_8b(), windowed, vocabulary,
+                                                  dcp::models::cogvideox_5b()};
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto& m = models[static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(models.size()) - 1))];
+    const int pp = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4}));
+    const auto cost = piped(m, 16 * pp, 1, pp);
+    const dcp::scaled_analytic_cost scaled{cost, {.memory = 1.0 + 0.5 * r.unit()}};
+    const dcp::analytic_load l{1, static_cast<double>(r.between(1, 1 << 17)), 0, 0};
+    const int sp = static_cast<int>(r.pick(std::vector<std::int64_t>{1, 2, 4, 8, 16}));
+    const double w = cost.working_memory(l, sp), ws = scaled.working_memory(l, sp);
+    EXPECT_GT(w, 0);
+    for (int k = 0; k <= cost.blocks(); ++k) {
+      EXPECT_GE(cost.memory(l, sp, k) - cost.static_memory() - w, 0) << "k " << k;
+      EXPECT_GE(scaled.memory(l, sp, k) - scaled.static_memory() - ws, -1e-6 * ws) << "k " << k;
+    }
+    // One micro-batch in flight: its memory, to the rounding of the two sums.
+    dcp::plan p = plan_of(1, {{0, 1}});
+    const double own = cost.memory(l, sp, cost.blocks());
+    const auto held =
+        dcp::in_flight_memory(p, std::vector<double>{own}, std::vector<double>{w}, cost.static_memory(), pp);
+    EXPECT_NEAR(held[0], own, 1e-9 * own);
+  }
 }
 
 TEST(PipelineModel, StagesSplitTheBlocksAndTheLayoutIsChecked) {

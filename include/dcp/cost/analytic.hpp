@@ -431,6 +431,11 @@ struct analytic_cost {
             parallel.tp};
   }
   double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp)(l, k); }
+  /// The last term of `memory`, beta' h x: the peak working set, live only while the micro-batch
+  /// runs an operation (`pipeline_cost_model`); the terms before it are what it stores in flight.
+  double working_memory(const load_type& l, int sp) const noexcept {
+    return working_beta() * static_cast<double>(model.hidden) * (l.tokens / sp / parallel.tp);
+  }
 
   /// GPU-seconds floor of DESIGN section 3: compute at eff(x_max), communication bytes at
   /// full bandwidth, no latency or launch overhead (batching can amortise those away).

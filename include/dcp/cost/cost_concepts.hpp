@@ -194,14 +194,19 @@ concept mixed_cluster_cost_model = cost_model<C> && requires(const C& c, rank_bl
 /// micro-batch's on the heaviest of `layout().pp` stages (`blocks()` of them), and
 ///   - `c.stage_transfer(l, sp)`: seconds to send the micro-batch's activations across one stage
 ///     boundary (its gradient takes as long back); 0 when pp = 1;
-///   - `c.static_memory()`: the bytes per GPU a stage holds with no micro-batch in flight.
-/// Laws: both finite and >= 0; `memory(l, sp, k) >= static_memory()`, the rest the micro-batch's
-/// own, so the memory of micro-batches in flight together is static_memory() plus their rests.
-/// Only such a model plans a layout with pp > 1.
+///   - `c.static_memory()`: the bytes per GPU a stage holds with no micro-batch in flight;
+///   - `c.working_memory(l, sp)`: the bytes of the micro-batch's own that live only while one of
+///     its operations runs (its peak working set: a block's activations being computed or
+///     recomputed, or the loss's logits), whatever its k.
+/// Laws: all finite and >= 0; `memory(l, sp, k) >= static_memory() + working_memory(l, sp)`, the
+/// rest the micro-batch's stored activations; a GPU runs one operation at a time, so micro-batches
+/// in flight together hold static_memory() plus their stored activations plus the largest of
+/// their working sets. Only such a model plans a layout with pp > 1.
 template <class C>
 concept pipeline_cost_model = cost_model<C> && requires(const C& c, const typename C::load_type& l, int sp) {
   { c.stage_transfer(l, sp) } -> std::convertible_to<double>;
   { c.static_memory() } -> std::convertible_to<double>;
+  { c.working_memory(l, sp) } -> std::convertible_to<double>;
 };
 
 /// A cost model that prices the per-global-batch update (see the file comment).

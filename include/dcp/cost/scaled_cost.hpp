@@ -103,6 +103,10 @@ class scaled_analytic_cost {
   double static_memory() const noexcept { return base_.static_memory(); }
   /// A stage boundary's transfer on the scaled links and latency (`pipeline_cost_model`).
   double stage_transfer(const load_type& l, int sp) const noexcept { return scaled_.stage_transfer(l, sp); }
+  /// The base model's working set under the scaled activation memory, as `memory` scales it.
+  double working_memory(const load_type& l, int sp) const noexcept {
+    return scales_.memory * base_.working_memory(l, sp);
+  }
   /// x_max under the scaled activation memory.
   double max_tokens_per_gpu() const noexcept { return base_.max_tokens_per_gpu() / scales_.memory; }
 

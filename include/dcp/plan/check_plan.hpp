@@ -161,7 +161,7 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
                " s, its forward on stage 0 at " + std::to_string(timeline.forward_of(i, 0).start_s) + " s");
       std::vector<double> own;
       for (const auto& st : p.steps) own.push_back(st.memory_bytes);
-      const auto held = in_flight_memory(p, own, cost.static_memory(), stages);
+      const auto held = in_flight_memory(p, own, working_memory_of(p, cost), cost.static_memory(), stages);
       for (std::size_t i = 0; i < held.size(); ++i)
         if (held[i] > cost.capacity() * (1 + 1e-12))
           fail("step " + std::to_string(i) + ": memory in flight on stage 0 " + std::to_string(held[i]) +

@@ -75,6 +75,15 @@ typename C::load_type load_of_step(const C& cost, const plan_step& s) {
   return load;
 }
 
+/// Every step's working set under `cost` (`pipeline_cost_model::working_memory`), for `in_flight_memory`.
+template <pipeline_cost_model C>
+std::vector<double> working_memory_of(const plan& p, const C& cost) {
+  std::vector<double> out;
+  out.reserve(p.steps.size());
+  for (const auto& s : p.steps) out.push_back(cost.working_memory(load_of_step(cost, s), s.sp()));
+  return out;
+}
+
 namespace detail {
 /// Forward, backward and transfer seconds of every step of `p`, its transfer given (`transfer[j]`
 /// for step j): the stage time split by `forward_share`.
@@ -290,7 +299,7 @@ auto memory_of(const C& cost, int sp) {
 }
 
 /// What parts 2 and 3 price of the steps of a plan as placed, whatever their order: each one's
-/// load and stage transfer (recompute changes neither), and its time and memory at each count of
+/// load, stage transfer and working set (recompute changes none), and its time and memory at each count of
 /// checkpointed blocks, each computed the first time it is asked for (every order and warmup
 /// depth asks for many of the same).
 template <pipeline_cost_model C>
@@ -298,16 +307,19 @@ class step_prices {
  public:
   step_prices(const C& cost, const plan& p) : cost_(&cost), columns_(static_cast<std::size_t>(cost.blocks()) + 1) {
     const std::size_t n = p.steps.size();
-    loads_.reserve(n), transfer_.reserve(n), speed_.reserve(n), sp_.reserve(n), ring_.reserve(n);
+    loads_.reserve(n), transfer_.reserve(n), working_.reserve(n), speed_.reserve(n), sp_.reserve(n), ring_.reserve(n);
     for (const auto& s : p.steps) {
       loads_.push_back(load_of_step(cost, s));
       transfer_.push_back(cost.stage_transfer(loads_.back(), s.sp()));
+      working_.push_back(cost.working_memory(loads_.back(), s.sp()));
       speed_.push_back(block_speed(p.speeds, s.ranks));
       sp_.push_back(s.sp()), ring_.push_back(s.ring);
     }
     time_.assign(n * columns_, -1), memory_.assign(n * columns_, -1);
   }
   double transfer(std::size_t j) const { return transfer_[j]; }
+  /// Step j's working set (`pipeline_cost_model::working_memory`).
+  double working(std::size_t j) const { return working_[j]; }
   const typename C::load_type& load(std::size_t j) const { return loads_[j]; }
   /// Step j's stage time with k checkpointed blocks (over its block's slowest speed).
   double time(std::size_t j, int k) {
@@ -326,7 +338,7 @@ class step_prices {
   const C* cost_;
   std::size_t columns_;
   std::vector<typename C::load_type> loads_;
-  std::vector<double> transfer_, speed_, time_, memory_;
+  std::vector<double> transfer_, working_, speed_, time_, memory_;
   std::vector<int> sp_, ring_;
 };
 
@@ -352,10 +364,17 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
       fits = true;
       for (int u = p.steps[j].ranks.first; u < p.steps[j].ranks.end() && fits; ++u) {
         auto& w = window[static_cast<std::size_t>(u)];
+        // The window's stored bytes and the largest of its working sets (one operation runs at a time).
         auto held = [&] {
-          double sum = p.steps[j].memory_bytes;
-          for (std::size_t q : w) sum += p.steps[q].memory_bytes - stat;
-          return sum;
+          double stored = 0, largest = 0;
+          auto add = [&](std::size_t q) {
+            const double working = prices.working(origin[q]);
+            stored += p.steps[q].memory_bytes - stat - working;
+            largest = std::max(largest, working);
+          };
+          for (std::size_t q : w) add(q);
+          add(j);
+          return stat + stored + largest;
         };
         for (double total = held(); total > cap; total = held()) {
           // Of the window's micro-batches that can checkpoint more, the one that frees bytes for
@@ -389,7 +408,7 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
           plan_step& c = p.steps[pick];
           c.checkpointed_blocks = pick_k;
           c.time_s = prices.time(origin[pick], pick_k);
-          c.memory_bytes = cost.memory(prices.load(origin[pick]), c.sp(), pick_k);
+          c.memory_bytes = prices.memory(origin[pick], pick_k);
         }
         if (held() > cap && !w.empty()) {
           // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).

@@ -19,9 +19,9 @@
 /// Memory: stage s of a unit holds the micro-batches whose forward has run there and whose
 /// backward has not; during the forward of its p-th step, the schedule has run the backwards of
 /// all but the last min(d (P - 1 - s) + 1, p + 1) steps, so stage 0 holds the most. Its
-/// in-flight memory there is M_static + sum over that window of (M_j - M_static): every
-/// micro-batch's own bytes counted in full (its stored activations and its working set, an upper
-/// bound).
+/// in-flight memory there is M_static + the window's stored activations, sum of
+/// (M_j - M_static - W_j), + the largest working set W_j of the window: a GPU runs one operation
+/// at a time, so only one micro-batch's working set is live (`pipeline_cost_model`).
 
 #include <algorithm>
 #include <cstddef>
@@ -248,20 +248,23 @@ inline std::size_t stage0_in_flight(int stages, int depth) noexcept {
 }
 
 /// Per step, the most memory any of its units' stage-0 GPUs hold while it runs its forward there:
-/// `static_bytes` plus, over the unit's window of in-flight steps ending at it (the last
-/// min(d (P - 1) + 1, p + 1) of its round's steps), their `memory[j] - static_bytes` (the file
-/// comment).
-inline std::vector<double> in_flight_memory(const plan& p, std::span<const double> memory, double static_bytes,
-                                            int stages) {
+/// `static_bytes`, plus over the unit's window of in-flight steps ending at it (the last
+/// min(d (P - 1) + 1, p + 1) of its round's steps) their stored bytes, `memory[j] - static_bytes -
+/// working[j]`, plus the largest `working[j]` of the window (the file comment).
+inline std::vector<double> in_flight_memory(const plan& p, std::span<const double> memory,
+                                            std::span<const double> working, double static_bytes, int stages) {
   std::vector<double> out(p.steps.size(), 0);
   const std::size_t window = stage0_in_flight(stages, p.warmup_depth);
   for (const auto& [round, lists] : detail::unit_lists(p))
     for (const auto& list : lists)
       for (std::size_t i = 0; i < list.size(); ++i) {
-        double sum = static_bytes;
+        double stored = 0, largest = 0;
         const std::size_t first = i + 1 >= window ? i + 1 - window : 0;
-        for (std::size_t q = first; q <= i; ++q) sum += memory[list[q]] - static_bytes;
-        out[list[i]] = std::max(out[list[i]], sum);
+        for (std::size_t q = first; q <= i; ++q) {
+          stored += memory[list[q]] - static_bytes - working[list[q]];
+          largest = std::max(largest, working[list[q]]);
+        }
+        out[list[i]] = std::max(out[list[i]], static_bytes + stored + largest);
       }
   return out;
 }

@@ -107,7 +107,11 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
   // Out of memory: a step's own memory, or under pp its stage-0 GPUs' memory in flight.
   std::vector<double> held = memory;
   if (stages > 1) {
-    if constexpr (pipeline_cost_model<T>) held = in_flight_memory(p, memory, t.model.static_memory(), stages);
+    if constexpr (pipeline_cost_model<T>) {
+      std::vector<double> working(p.steps.size());
+      for (std::size_t i = 0; i < p.steps.size(); ++i) working[i] = t.model.working_memory(loads[i], p.steps[i].sp());
+      held = in_flight_memory(p, memory, working, t.model.static_memory(), stages);
+    }
   }
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const plan_step& s = p.steps[i];
