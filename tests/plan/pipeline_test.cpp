@@ -745,6 +745,14 @@ TEST(PipelineModel, OneWorkingSetIsLiveAtATime) {
         dcp::in_flight_memory(p, std::vector<double>{own}, std::vector<double>{w}, cost.static_memory(), pp);
     EXPECT_NEAR(held[0], own, 1e-9 * own);
   }
+  // One working set short: named, not read past the end.
+  const dcp::plan two = plan_of(1, {{0, 1}, {0, 1}});
+  EXPECT_TRUE(dcp_test::throws_dcp_error(
+      "working sets",
+      [&] {
+        (void)dcp::in_flight_memory(two, std::vector<double>{2, 2}, std::vector<double>{1}, 1, 2);
+      },
+      dcp::errc::invalid_argument, {"1 working sets for 2 steps", "one of each per step"}));
 }
 
 TEST(PipelineModel, StagesSplitTheBlocksAndTheLayoutIsChecked) {

@@ -253,6 +253,12 @@ inline std::size_t stage0_in_flight(int stages, int depth) noexcept {
 /// working[j]`, plus the largest `working[j]` of the window (the file comment).
 inline std::vector<double> in_flight_memory(const plan& p, std::span<const double> memory,
                                             std::span<const double> working, double static_bytes, int stages) {
+  check(memory.size() == p.steps.size() && working.size() == p.steps.size() && stages >= 1, errc::invalid_argument,
+        [&] {
+          return std::to_string(memory.size()) + " memories and " + std::to_string(working.size()) +
+                 " working sets for " + std::to_string(p.steps.size()) + " steps on " + std::to_string(stages) +
+                 " stages; give one of each per step, and at least one stage";
+        });
   std::vector<double> out(p.steps.size(), 0);
   const std::size_t window = stage0_in_flight(stages, p.warmup_depth);
   for (const auto& [round, lists] : detail::unit_lists(p))
