@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <deque>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <utility>
 #include <vector>
@@ -514,24 +515,25 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
       plan p;
       std::vector<std::size_t> origin;  // step j of p is placed step origin[j]
     };
-    // One order of the placed steps, fitted and timed at the depths [first, last].
-    bool dominated = false;
-    auto fitted = [&](std::size_t ramp, bool path_last, int first, int last) {
+    // One order of the placed steps, fitted and timed at the depths [first, last]; `dominated`
+    // says whether some round's path dominates.
+    auto fitted = [&](std::size_t ramp, bool path_last, int first, int last, bool& dominated) {
       candidate c{shell, detail::short_ends_order(placed, shell.gpus, P, ramp, path_last, dominated)};
       c.p.steps.reserve(c.origin.size());
       for (std::size_t j : c.origin) c.p.steps.push_back(placed[j]);
       detail::fit_at_depth(c.p, cost, prices, c.origin, first, last);
       return c;
     };
-    candidate best = fitted(0, false, 1, deepest_warmup);
+    bool dominated = false, ignored = false;
+    candidate best = fitted(0, false, 1, deepest_warmup, dominated);
     // Where a round's path dominates, the order around it, at its own best depth.
     if (dominated)
-      if (candidate around = fitted(0, true, 1, deepest_warmup); around.p.makespan_s < best.p.makespan_s)
+      if (candidate around = fitted(0, true, 1, deepest_warmup, ignored); around.p.makespan_s < best.p.makespan_s)
         best = std::move(around);
     // The ramp of the depth's warmup count at the best depth so far; where it is sooner, the
     // ramps of the depths above and below it as well, each way while each is sooner.
     auto ramp_at = [&](int d) {
-      return fitted(static_cast<std::size_t>(d) * static_cast<std::size_t>(P - 1), false, d, d);
+      return fitted(static_cast<std::size_t>(d) * static_cast<std::size_t>(P - 1), false, d, d, ignored);
     };
     if (candidate ramp = ramp_at(best.p.warmup_depth); ramp.p.makespan_s < best.p.makespan_s) {
       const int middle = ramp.p.warmup_depth;
@@ -547,7 +549,7 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
     for (std::size_t j = 0; j < p.steps.size(); ++j) p.steps[j].sequences = std::move(sequences[best.origin[j]]);
   } else {
     std::vector<std::size_t> origin(p.steps.size());
-    for (std::size_t j = 0; j < origin.size(); ++j) origin[j] = j;
+    std::iota(origin.begin(), origin.end(), std::size_t{0});
     detail::fit_at_depth(p, cost, prices, origin, 1, 1);
   }
   std::stable_sort(p.steps.begin(), p.steps.end(), [](const plan_step& a, const plan_step& b) {
