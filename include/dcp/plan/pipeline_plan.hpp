@@ -321,7 +321,6 @@ class step_prices {
   double transfer(std::size_t j) const { return transfer_[j]; }
   /// Step j's working set (`pipeline_cost_model::working_memory`).
   double working(std::size_t j) const { return working_[j]; }
-  const typename C::load_type& load(std::size_t j) const { return loads_[j]; }
   /// Step j's stage time with k checkpointed blocks (over its block's slowest speed).
   double time(std::size_t j, int k) {
     double& t = time_[j * columns_ + static_cast<std::size_t>(k)];
