@@ -354,6 +354,13 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
   const int L = cost.blocks();
   const std::size_t before = stage0_in_flight(P, p.warmup_depth) - 1;  // steps in flight before a step's forward
   std::vector<std::deque<std::size_t>> window(static_cast<std::size_t>(p.gpus));  // the unit's last `before` steps
+  // Each step's working set and stored bytes (its memory less the static and the working set), in
+  // plan order, the latter kept as recompute changes the memory: the window sums them often.
+  std::vector<double> working(p.steps.size()), stored(p.steps.size());
+  for (std::size_t q = 0; q < p.steps.size(); ++q) {
+    working[q] = prices.working(origin[q]);
+    stored[q] = p.steps[q].memory_bytes - stat - working[q];
+  }
   int round = p.steps.front().round;
   for (std::size_t j = 0; j < p.steps.size(); ++j) {
     if (p.steps[j].round != round) {
@@ -366,15 +373,10 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
         auto& w = window[static_cast<std::size_t>(u)];
         // The window's stored bytes and the largest of its working sets (one operation runs at a time).
         auto held = [&] {
-          double stored = 0, largest = 0;
-          auto add = [&](std::size_t q) {
-            const double working = prices.working(origin[q]);
-            stored += p.steps[q].memory_bytes - stat - working;
-            largest = std::max(largest, working);
-          };
-          for (std::size_t q : w) add(q);
-          add(j);
-          return stat + stored + largest;
+          double sum = 0, largest = 0;
+          for (std::size_t q : w) sum += stored[q], largest = std::max(largest, working[q]);
+          sum += stored[j], largest = std::max(largest, working[j]);
+          return stat + sum + largest;
         };
         for (double total = held(); total > cap; total = held()) {
           // Of the window's micro-batches that can checkpoint more, the one that frees bytes for
@@ -409,6 +411,7 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
           c.checkpointed_blocks = pick_k;
           c.time_s = prices.time(origin[pick], pick_k);
           c.memory_bytes = prices.memory(origin[pick], pick_k);
+          stored[pick] = c.memory_bytes - stat - working[pick];
         }
         if (held() > cap && !w.empty()) {
           // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).

@@ -155,10 +155,14 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
   out.backward.assign(n * P, {});
   // Operation o = (step j, stage s, backward d): index (j P + s) 2 + d.
   auto op = [P](std::size_t j, std::size_t s, int d) { return (j * P + s) * 2 + static_cast<std::size_t>(d); };
-  std::vector<int> arrived(n * P * 2, 0);
-  std::vector<char> input(n * P * 2, 0);       // its input has arrived
-  std::vector<double> input_at(n * P * 2, 0);  // when
-  std::vector<char> done(n * P * 2, 0);
+  // Per operation, together (the schedule visits them out of order): when its input arrived,
+  // how many member units have reached it, whether its input has arrived and whether it ran.
+  struct op_state {
+    double input_at = 0;
+    int arrived = 0;
+    bool input = false, done = false;
+  };
+  std::vector<op_state> state(n * P * 2);
   std::vector<rank_block> block(n);  // the steps' units, apart from the rest of the plan's steps
   for (std::size_t j = 0; j < n; ++j) block[j] = p.steps[j].ranks;
   double barrier = 0;
@@ -172,59 +176,64 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
     for (std::size_t s = 0; s < P; ++s)
       for (std::size_t u = 0; u < units; ++u)
         warm[s * units + u] = detail::warmup_forwards(lists[u].size(), static_cast<int>(s), stages, p.warmup_depth);
-    auto op_of = [&](std::size_t i, std::size_t t) {
-      const std::size_t s = i / units;
-      const pipeline_op o = detail::one_f_one_b_at(lists[i % units], warm[i], t);
-      return op(o.step, s, o.backward ? 1 : 0);
+    // An operation ready to run: its index, step and stage (kept, not divided out of the index).
+    struct ready_op {
+      std::size_t o, j, s;
     };
-    auto count = [&](std::size_t i) { return 2 * lists[i % units].size(); };
-    std::vector<std::size_t> ready;
-    auto members = [&](std::size_t o) { return block[o / 2 / P].size; };
-    auto arrive = [&](std::size_t o) {
-      if (++arrived[o] == members(o) && input[o]) ready.push_back(o);
+    std::vector<ready_op> ready;
+    auto arrive = [&](std::size_t j, std::size_t s, int d) {
+      const std::size_t o = op(j, s, d);
+      if (++state[o].arrived == block[j].size && state[o].input) ready.push_back({o, j, s});
     };
-    auto feed = [&](std::size_t o, double when) {
-      input[o] = 1, input_at[o] = when;
-      if (arrived[o] == members(o)) ready.push_back(o);
+    // Unit u's operation t on stage s arrives there.
+    auto next_of = [&](std::size_t s, std::size_t u, std::size_t t) {
+      const pipeline_op x = detail::one_f_one_b_at(lists[u], warm[s * units + u], t);
+      arrive(x.step, s, x.backward ? 1 : 0);
+    };
+    auto feed = [&](std::size_t j, std::size_t s, int d, double when) {
+      const std::size_t o = op(j, s, d);
+      state[o].input = true, state[o].input_at = when;
+      if (state[o].arrived == block[j].size) ready.push_back({o, j, s});
     };
     // The round's steps, each once: its first forward's input is there at the barrier.
     std::vector<std::size_t> steps;
     for (const auto& list : lists) steps.insert(steps.end(), list.begin(), list.end());
     std::sort(steps.begin(), steps.end());
     steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-    for (std::size_t j : steps) feed(op(j, 0, 0), barrier);
-    for (std::size_t i = 0; i < P * units; ++i)
-      if (count(i) > 0) arrive(op_of(i, 0));
+    for (std::size_t j : steps) feed(j, 0, 0, barrier);
+    for (std::size_t s = 0; s < P; ++s)
+      for (std::size_t u = 0; u < units; ++u)
+        if (!lists[u].empty()) next_of(s, u, 0);
     std::size_t ran = 0;
     const std::size_t expected = 2 * P * steps.size();
     double round_end = barrier;
     while (!ready.empty()) {
-      const std::size_t o = ready.back();
+      const auto [o, j, s] = ready.back();
       ready.pop_back();
-      const std::size_t j = o / 2 / P, s = o / 2 % P;
       const int d = static_cast<int>(o % 2);
       const rank_block b = block[j];
-      double start = input_at[o];
+      double start = state[o].input_at;
       for (int u = b.first; u < b.end(); ++u) start = std::max(start, free[s * units + static_cast<std::size_t>(u)]);
       const double end = start + (d == 0 ? times[j].forward_s : times[j].backward_s);
       (d == 0 ? out.forward : out.backward)[j * P + s] = {start, end};
-      done[o] = 1, ++ran;
+      state[o].done = true, ++ran;
       round_end = std::max(round_end, end);
       for (int u = b.first; u < b.end(); ++u) {
-        const std::size_t i = s * units + static_cast<std::size_t>(u);
+        const auto uu = static_cast<std::size_t>(u);
+        const std::size_t i = s * units + uu;
         free[i] = end;
-        if (++at[i] < count(i)) arrive(op_of(i, at[i]));
+        if (++at[i] < 2 * lists[uu].size()) next_of(s, uu, at[i]);
       }
       const double x = times[j].transfer_s;
       if (d == 0)
-        s + 1 < P ? feed(op(j, s + 1, 0), end + x) : feed(op(j, s, 1), end);
+        s + 1 < P ? feed(j, s + 1, 0, end + x) : feed(j, s, 1, end);
       else if (s > 0)
-        feed(op(j, s - 1, 1), end + x);
+        feed(j, s - 1, 1, end + x);
     }
     if (ran != expected) {
       std::size_t first = n;
       for (std::size_t j : steps)
-        if (!done[op(j, 0, 1)]) first = std::min(first, j);
+        if (!state[op(j, 0, 1)].done) first = std::min(first, j);
       if (stuck) {
         stuck->first_stuck = first;
         out.makespan_s = 0;
