@@ -331,7 +331,7 @@ TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
 
     dcp::plan tent = p, around = p;
     EXPECT_EQ(dcp::order_short_ends(tent, P), expect);
-    EXPECT_EQ(dcp::order_short_ends(around, P, 0, true), expect);
+    EXPECT_EQ(dcp::order_short_ends(around, P, 0, dcp::path_place::last), expect);
     auto ids = [](const dcp::plan& q) {
       std::vector<double> out;
       for (const auto& s : q.steps) out.push_back(s.start_s);
@@ -405,6 +405,115 @@ TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
   }
   EXPECT_GT(dominated, 10) << "few rounds with a dominating path: the test tests little";
   EXPECT_GT(not_dominated, 10);
+}
+
+TEST(PipelineOrder, ADominatingPathsBlockFollowsItLongestFirst) {
+  // `order_short_ends` with `block_last` (and `pair_last`) on random rounds with nested shared
+  // blocks: where a path X dominates and other shared steps lie on exactly its block, every unit of
+  // X runs all of them (the longest of them) right behind X, longest first, and behind those only
+  // single-unit steps, longest first; the rest of X's block runs ahead of X; X has one index on all
+  // its units, every step is there once, and the units' orders never wait on each other. Where no
+  // path dominates, or X has its block to itself, the order is `last`'s; where X cannot have one
+  // index, the tent's.
+  dcp_test::rng r(0x7a11);
+  int tailed = 0, untailed = 0, paired_apart = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int units = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
+    const int P = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
+    dcp::plan p = plan_of(units, random_round(r, units, 2));
+    const double scale = r.pick(std::vector<double>{1.0, 4.0, 16.0});
+    for (std::size_t j = 0; j < p.steps.size(); ++j) {
+      p.steps[j].start_s = static_cast<double>(j);
+      p.steps[j].time_s = (p.steps[j].sp() > 1 ? scale : 1.0) * (1 + r.unit());
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(units) + " units, P = " + std::to_string(P));
+    dcp::plan tent = p, last = p;
+    (void)dcp::order_short_ends(tent, P);
+    const bool dominated = dcp::order_short_ends(last, P, 0, dcp::path_place::last);
+    auto ids = [](const dcp::plan& q) {
+      std::vector<double> out;
+      for (const auto& s : q.steps) out.push_back(s.start_s);
+      return out;
+    };
+    // X: the longest shared step (the first of equals); its tail: the other steps on its block.
+    std::size_t x = p.steps.size();
+    for (std::size_t j = 0; j < p.steps.size(); ++j)
+      if (p.steps[j].sp() > 1 && (x == p.steps.size() || p.steps[j].time_s > p.steps[x].time_s)) x = j;
+    ASSERT_LT(x, p.steps.size());
+    const dcp::rank_block xb = p.steps[x].ranks;
+    std::vector<std::size_t> tail;
+    for (std::size_t j = 0; j < p.steps.size(); ++j)
+      if (j != x && p.steps[j].ranks == xb) tail.push_back(j);
+    std::stable_sort(tail.begin(), tail.end(),
+                     [&](std::size_t i, std::size_t j) { return p.steps[i].time_s > p.steps[j].time_s; });
+    for (const auto place : {dcp::path_place::pair_last, dcp::path_place::block_last}) {
+      dcp::plan q = p;
+      EXPECT_EQ(dcp::order_short_ends(q, P, 0, place), dominated);
+      const std::size_t behind =
+          place == dcp::path_place::pair_last ? std::min<std::size_t>(tail.size(), 1) : tail.size();
+      if (!dominated || tail.empty()) {
+        ++untailed;
+        EXPECT_EQ(ids(q), ids(last)) << "not `last`'s order where no path dominates or X's block is its own";
+        continue;
+      }
+      // X's index can agree unless a unit has fewer other steps than another has shared ones
+      // (X and the steps behind it left out of both).
+      auto follows = [&](std::size_t j) {
+        return std::find(tail.begin(), tail.begin() + behind, j) != tail.begin() + behind;
+      };
+      std::size_t most_shared = 0, fewest = p.steps.size();
+      for (int u = xb.first; u < xb.end(); ++u) {
+        std::size_t shared = 0, all = 0;
+        for (std::size_t j = 0; j < p.steps.size(); ++j) {
+          if (j == x || follows(j) || !p.steps[j].ranks.contains(u)) continue;
+          ++all, shared += p.steps[j].sp() > 1;
+        }
+        most_shared = std::max(most_shared, shared), fewest = std::min(fewest, all);
+      }
+      if (most_shared > fewest) {
+        ++untailed;
+        EXPECT_EQ(ids(q), ids(tent)) << "not the tent where X cannot have one index";
+        continue;
+      }
+      ++tailed;
+      paired_apart += behind < tail.size();
+      std::vector<int> seen(p.steps.size(), 0);
+      for (const auto& s : q.steps) ++seen[static_cast<std::size_t>(s.start_s)];
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "a step lost or doubled";
+      std::set<std::size_t> at;  // X's index on each of its units
+      for (int u = xb.first; u < xb.end(); ++u) {
+        std::vector<const dcp::plan_step*> list;
+        for (const auto& s : q.steps)
+          if (s.ranks.contains(u)) list.push_back(&s);
+        const auto it = std::find_if(list.begin(), list.end(),
+                                     [&](const dcp::plan_step* s) { return s->start_s == static_cast<double>(x); });
+        ASSERT_NE(it, list.end());
+        at.insert(static_cast<std::size_t>(it - list.begin()));
+        for (auto i = it + 1; i != list.end(); ++i) {
+          const auto k = static_cast<std::size_t>(i - it);  // 1, 2, ...: the steps behind X, then single-unit ones
+          if (k <= behind) {
+            EXPECT_EQ((*i)->start_s, static_cast<double>(tail[k - 1])) << "unit " << u << ": step " << k << " behind X";
+          } else {
+            EXPECT_EQ((*i)->sp(), 1) << "unit " << u << ": a shared step behind X's tail";
+          }
+          if (k != behind + 1) {  // the tail longest first (X is the longest), then the single-unit steps
+            EXPECT_LE((*i)->time_s, (*(i - 1))->time_s) << "unit " << u << ": not longest first";
+          }
+        }
+      }
+      EXPECT_EQ(at.size(), 1U) << "X at different indices on its units";
+      const std::vector<dcp::pipeline_step_times> times(q.steps.size(), {1.0, 2.0, 0.0});
+      for (int depth = 1; depth <= 3; ++depth) {
+        q.warmup_depth = depth;
+        dcp::pipeline_deadlock stuck{q.steps.size()};
+        (void)dcp::schedule_pipeline(q, times, P, &stuck);
+        EXPECT_EQ(stuck.first_stuck, q.steps.size()) << "the units' orders wait on each other at depth " << depth;
+      }
+    }
+  }
+  EXPECT_GT(tailed, 40) << "few dominating paths with steps on their block: the test tests little";
+  EXPECT_GT(paired_apart, 5) << "no pair order left part of X's block ahead of X";
+  EXPECT_GT(untailed, 40);
 }
 
 // The plans of dcp and of every baseline (tuned on the batch) for `batch` on `cost`.

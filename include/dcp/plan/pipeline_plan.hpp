@@ -21,10 +21,14 @@
 ///     that evens stage 0 and the last stage, is at least half of any of its units' other work),
 ///     a second order runs as well (part 4): X last on its units, their shared steps and longest
 ///     single-unit steps ahead of it up to that work (X at one index on all of them), the rest
-///     after it, longest first. A third, the ramp of r, runs at the depth d with r = d (P - 1),
-///     stage 0's warmup forwards: every unit's r shortest single-unit steps first, shortest first
-///     (q of them on units that share steps, q the least of r and their single-unit step counts),
-///     then its shared steps widest first, then the rest longest first, with no long-path rule:
+///     after it, longest first. Where other shared steps lie on exactly X's block, two more run:
+///     the longest of them, and then all of them, right behind X, longest first (ahead of X each
+///     long one would stall stage 0 for a round trip of its own; behind it they travel the stages
+///     back to back with X, and the work ahead covers all of them). Another, the ramp of r, runs
+///     at the depth d with r = d (P - 1), stage 0's warmup forwards: every unit's r shortest
+///     single-unit steps first, shortest first (q of them on units that share steps, q the least
+///     of r and their single-unit step counts), then its shared steps widest first, then the rest
+///     longest first, with no long-path rule:
 ///     the warmup fills on the shortest micro-batches, so the first backwards come back soon, and
 ///     after it the micro-batches shrink, so a backward is rarely waited for behind a longer one.
 ///  2. Memory in flight (DCP-intra with the schedule's count): stage 0 of a unit holds its last
@@ -39,11 +43,12 @@
 ///  4. Warmup (`short_ends` only): parts 2 and 3 at warmup depths 1, 2, ... (`plan::warmup_depth`,
 ///     up to `deepest_warmup`) while each ends sooner than the one before; the plan keeps the
 ///     fastest. A deeper warmup lets stage 0 run ahead while a long micro-batch travels the later
-///     stages, and holds more micro-batches in flight (so possibly more recompute). With a
-///     second order (part 1), it runs at its own best depth and the plan keeps the sooner. Then
-///     the ramp of the kept depth's warmup count, at that depth; where it is sooner it is kept,
-///     and the ramps of the depths above it, then below it, each at its own depth, while each is
-///     sooner than the plan kept. The baselines keep 1F1B's depth 1, as Megatron runs them.
+///     stages, and holds more micro-batches in flight (so possibly more recompute). The orders
+///     around a dominating path (part 1) run each at its own best depth, and the plan keeps the
+///     soonest. Then the ramp of the kept depth's warmup count, at that depth; where it is sooner
+///     it is kept, and the ramps of the depths above it, then below it, each at its own depth,
+///     while each is sooner than the plan kept. The baselines keep 1F1B's depth 1, as Megatron
+///     runs them.
 
 #include <algorithm>
 #include <cstddef>
@@ -66,6 +71,14 @@ namespace dcp {
 enum class pipeline_order {
   as_placed,   ///< the planner's order
   short_ends,  ///< per round and unit: a tent of its single-unit steps around its shared steps, widest first
+};
+
+/// Where `order_short_ends` puts a round's dominating path X (the file comment, part 1).
+enum class path_place {
+  tent,        ///< where the tent or the long-path rule puts it
+  last,        ///< last on its units, their longest work ahead of it up to the balance
+  pair_last,   ///< as `last`, with the longest other step of exactly X's block right behind it
+  block_last,  ///< as `last`, with the other steps of exactly X's block behind it, longest first
 };
 
 /// The load of a plan step's sequences under `cost`.
@@ -133,17 +146,32 @@ inline std::size_t dominating_path(std::span<const plan_step> steps, int stages,
   return x;
 }
 
+/// The other shared steps of a round on exactly the block of its dominating path X
+/// (`dominating_path`; `shared` the round's shared steps), longest first. Behind X they travel the
+/// stages back to back with it: stage 0 runs their forwards one after another and then waits for
+/// X's backward, and the work ahead of X covers all of their round trips at once.
+inline std::vector<std::size_t> block_tail(std::span<const plan_step> steps, std::span<const std::size_t> shared,
+                                           std::size_t x) {
+  std::vector<std::size_t> tail;
+  for (std::size_t j : shared)
+    if (j != x && steps[j].ranks == steps[x].ranks) tail.push_back(j);
+  std::stable_sort(tail.begin(), tail.end(),
+                   [&](std::size_t i, std::size_t j) { return steps[i].time_s > steps[j].time_s; });
+  return tail;
+}
+
 /// A round ordered around its dominating path X (`dominating_path`): X's units run their shared
 /// steps and their longest single-unit steps ahead of X, up to the balance (P - 1) t_X / 2, and
-/// the rest after it. Appends the round's order to `order`, or returns false (order untouched)
-/// where X cannot have one index on all its units. `singles[u]` holds unit u's single-unit steps,
-/// shortest first, `shared` the round's others, widest first (as `order_short_ends` sorts them).
+/// the rest after it; the steps of `tail` (`block_tail`, or none) go right behind X, in its order.
+/// Appends the round's order to `order`, or returns false (order untouched) where X cannot have
+/// one index on all its units. `singles[u]` holds unit u's single-unit steps, shortest first,
+/// `shared` the round's others, widest first (as `order_short_ends` sorts them).
 inline bool order_around_path(std::span<const plan_step> steps, int stages, std::size_t x,
-                              const std::vector<std::vector<std::size_t>>& singles, std::vector<std::size_t> shared,
-                              std::vector<std::size_t>& order) {
+                              std::span<const std::size_t> tail, const std::vector<std::vector<std::size_t>>& singles,
+                              std::vector<std::size_t> shared, std::vector<std::size_t>& order) {
   const rank_block block = steps[x].ranks;
   const double balance = (stages - 1) * steps[x].time_s / 2;
-  shared.erase(std::find(shared.begin(), shared.end(), x));
+  std::erase_if(shared, [&](std::size_t j) { return j == x || std::find(tail.begin(), tail.end(), j) != tail.end(); });
   // Per unit of X: its shared steps, and how many of its longest single-unit steps fit with
   // them in the balance. X's index must be the same on every unit of it (so their orders
   // agree): the least such count, but never fewer than any unit's shared steps.
@@ -184,6 +212,7 @@ inline bool order_around_path(std::span<const plan_step> steps, int stages, std:
   order.insert(order.end(), shared.begin(), shared.end());
   for (const auto& list : later) order.insert(order.end(), list.begin(), list.end());
   order.push_back(x);
+  order.insert(order.end(), tail.begin(), tail.end());
   for (const auto& list : behind) order.insert(order.end(), list.rbegin(), list.rend());
   return true;
 }
@@ -193,12 +222,13 @@ namespace detail {
 /// The `pipeline_order::short_ends` order of `p` (the file comment, part 1), round by round, for
 /// `stages` stages, as the index in `p` of each step of the new order; `p` is in round order and
 /// its steps priced. `ramp` 0 gives the tent (or the long-path order), `ramp` r > 0 the ramp of r
-/// (its first part: each unit's r shortest single-unit steps first). With `path_last`, a round
-/// whose path dominates takes the order around it instead. `dominated` is set where some round's
-/// path dominates.
+/// (its first part: each unit's r shortest single-unit steps first). Where a round's path
+/// dominates, `path` says where it goes (`path_place`). `dominated` is set where some round's path
+/// dominates, `tail` to the most other steps any of them has on its block (`block_tail`).
 inline std::vector<std::size_t> short_ends_order(std::span<const plan_step> steps, int units, int stages,
-                                                 std::size_t ramp, bool path_last, bool& dominated) {
-  dominated = false;
+                                                 std::size_t ramp, path_place path, bool& dominated,
+                                                 std::size_t& tail) {
+  dominated = false, tail = 0;
   std::vector<std::size_t> out;
   out.reserve(steps.size());
   for (std::size_t a = 0; a < steps.size();) {
@@ -245,7 +275,11 @@ inline std::vector<std::size_t> short_ends_order(std::span<const plan_step> step
     });
     if (const std::size_t x = detail::dominating_path(steps, stages, shared, work); x < steps.size()) {
       dominated = true;
-      if (path_last && detail::order_around_path(steps, stages, x, singles, shared, out)) {
+      auto behind = detail::block_tail(steps, shared, x);
+      tail = std::max(tail, behind.size());
+      if (path == path_place::last) behind.clear();
+      if (path == path_place::pair_last && behind.size() > 1) behind.resize(1);
+      if (path != path_place::tent && detail::order_around_path(steps, stages, x, behind, singles, shared, out)) {
         a = b;
         continue;
       }
@@ -270,11 +304,12 @@ inline std::vector<std::size_t> short_ends_order(std::span<const plan_step> step
 
 /// Orders every unit's micro-batches as `pipeline_order::short_ends` (the file comment, part 1),
 /// round by round, for `stages` stages; `p` is in round order and its steps priced. `ramp` 0
-/// gives the tent, r > 0 the ramp of r; with `path_last`, a round whose path dominates takes the
-/// order around it instead. Returns whether some round's path dominates.
-inline bool order_short_ends(plan& p, int stages, std::size_t ramp = 0, bool path_last = false) {
+/// gives the tent, r > 0 the ramp of r; `path` says where a round's dominating path goes.
+/// Returns whether some round's path dominates.
+inline bool order_short_ends(plan& p, int stages, std::size_t ramp = 0, path_place path = path_place::tent) {
   bool dominated = false;
-  const auto order = detail::short_ends_order(p.steps, p.gpus, stages, ramp, path_last, dominated);
+  std::size_t tail = 0;
+  const auto order = detail::short_ends_order(p.steps, p.gpus, stages, ramp, path, dominated, tail);
   std::vector<plan_step> steps;
   steps.reserve(order.size());
   for (std::size_t j : order) steps.push_back(std::move(p.steps[j]));
@@ -518,24 +553,32 @@ void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
       std::vector<std::size_t> origin;  // step j of p is placed step origin[j]
     };
     // One order of the placed steps, fitted and timed at the depths [first, last]; `dominated`
-    // says whether some round's path dominates.
-    auto fitted = [&](std::size_t ramp, bool path_last, int first, int last, bool& dominated) {
-      candidate c{shell, detail::short_ends_order(placed, shell.gpus, P, ramp, path_last, dominated)};
+    // says whether some round's path dominates, `tail` the most other steps one has on its block.
+    auto fitted = [&](std::size_t ramp, path_place path, int first, int last, bool& dominated, std::size_t& tail) {
+      candidate c{shell, detail::short_ends_order(placed, shell.gpus, P, ramp, path, dominated, tail)};
       c.p.steps.reserve(c.origin.size());
       for (std::size_t j : c.origin) c.p.steps.push_back(placed[j]);
       detail::fit_at_depth(c.p, cost, prices, c.origin, first, last);
       return c;
     };
     bool dominated = false, ignored = false;
-    candidate best = fitted(0, false, 1, deepest_warmup, dominated);
-    // Where a round's path dominates, the order around it, at its own best depth.
-    if (dominated)
-      if (candidate around = fitted(0, true, 1, deepest_warmup, ignored); around.p.makespan_s < best.p.makespan_s)
-        best = std::move(around);
+    std::size_t tail = 0, ignored_tail = 0;
+    candidate best = fitted(0, path_place::tent, 1, deepest_warmup, dominated, tail);
+    // Where a round's path dominates, the orders around it, each at its own best depth and each
+    // where it differs from the one before: the path alone last; with the longest other step of
+    // its block right behind it; with all of them behind it.
+    const std::pair<path_place, std::size_t> arounds[] = {
+        {path_place::last, 0}, {path_place::pair_last, 1}, {path_place::block_last, 2}};
+    for (const auto& [path, least_tail] : arounds)
+      if (dominated && tail >= least_tail)
+        if (candidate around = fitted(0, path, 1, deepest_warmup, ignored, ignored_tail);
+            around.p.makespan_s < best.p.makespan_s)
+          best = std::move(around);
     // The ramp of the depth's warmup count at the best depth so far; where it is sooner, the
     // ramps of the depths above and below it as well, each way while each is sooner.
     auto ramp_at = [&](int d) {
-      return fitted(static_cast<std::size_t>(d) * static_cast<std::size_t>(P - 1), false, d, d, ignored);
+      return fitted(static_cast<std::size_t>(d) * static_cast<std::size_t>(P - 1), path_place::tent, d, d, ignored,
+                    ignored_tail);
     };
     if (candidate ramp = ramp_at(best.p.warmup_depth); ramp.p.makespan_s < best.p.makespan_s) {
       const int middle = ramp.p.warmup_depth;
