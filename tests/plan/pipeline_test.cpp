@@ -295,6 +295,47 @@ TEST(PipelineOrder, ShortEndsOrAheadOfALongPathOrARamp) {
   EXPECT_GT(tents, 0) << "every unit that shared a step was under a long path";
 }
 
+// A random round for the dominating-path tests: `units` and P each 2, 4 or 8, the blocks of
+// `random_round` (at least `least` shared), every step's start its index (which identifies it after
+// an order) and its time 1-2 s, a shared step's scaled by 1, 4 or 16.
+struct timed_round {
+  int units, P;
+  dcp::plan p;
+};
+timed_round random_timed_round(dcp_test::rng& r, std::int64_t least) {
+  const int units = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
+  const int P = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
+  dcp::plan p = plan_of(units, random_round(r, units, least));
+  const double scale = r.pick(std::vector<double>{1.0, 4.0, 16.0});
+  for (std::size_t j = 0; j < p.steps.size(); ++j) {
+    p.steps[j].start_s = static_cast<double>(j);
+    p.steps[j].time_s = (p.steps[j].sp() > 1 ? scale : 1.0) * (1 + r.unit());
+  }
+  return {units, P, std::move(p)};
+}
+
+// The steps of an ordered `random_timed_round`, as their indices before the order.
+std::vector<double> ids_of(const dcp::plan& q) {
+  std::vector<double> out;
+  for (const auto& s : q.steps) out.push_back(s.start_s);
+  return out;
+}
+
+// An ordered `random_timed_round` of `n` steps holds every step once, and its units' orders never
+// wait on each other (the schedule runs every operation) at warmup depths 1 to 3.
+void expect_whole_and_runnable(dcp::plan q, std::size_t n, int P) {
+  std::vector<int> seen(n, 0);
+  for (const auto& s : q.steps) ++seen[static_cast<std::size_t>(s.start_s)];
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "a step lost or doubled";
+  const std::vector<dcp::pipeline_step_times> times(q.steps.size(), {1.0, 2.0, 0.0});
+  for (int depth = 1; depth <= 3; ++depth) {
+    q.warmup_depth = depth;
+    dcp::pipeline_deadlock stuck{q.steps.size()};
+    (void)dcp::schedule_pipeline(q, times, P, &stuck);
+    EXPECT_EQ(stuck.first_stuck, q.steps.size()) << "the units' orders wait on each other at depth " << depth;
+  }
+}
+
 TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
   // `order_short_ends(p, P, true)` on random rounds with nested shared blocks: where every shared
   // step lies in the block of the longest, X, and (P - 1) t_X / 2 is at least half of any of its
@@ -305,14 +346,9 @@ TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
   dcp_test::rng r(0xd0a7);
   int dominated = 0, not_dominated = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    const int units = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
-    const int P = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
-    dcp::plan p = plan_of(units, random_round(r, units, 1));
-    const double scale = r.pick(std::vector<double>{1.0, 4.0, 16.0});
-    for (std::size_t j = 0; j < p.steps.size(); ++j) {
-      p.steps[j].start_s = static_cast<double>(j);
-      p.steps[j].time_s = (p.steps[j].sp() > 1 ? scale : 1.0) * (1 + r.unit());
-    }
+    timed_round round = random_timed_round(r, 1);
+    const int units = round.units, P = round.P;
+    dcp::plan& p = round.p;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(units) + " units, P = " + std::to_string(P));
     // Expected: X and whether it dominates, from the definition.
     std::size_t x = 0;
@@ -332,11 +368,6 @@ TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
     dcp::plan tent = p, around = p;
     EXPECT_EQ(dcp::order_short_ends(tent, P), expect);
     EXPECT_EQ(dcp::order_short_ends(around, P, 0, dcp::path_place::last), expect);
-    auto ids = [](const dcp::plan& q) {
-      std::vector<double> out;
-      for (const auto& s : q.steps) out.push_back(s.start_s);
-      return out;
-    };
     // X can have one index on all its units unless one has fewer steps besides X than another
     // has shared steps besides X; then the tent stays.
     // X's index: the fewest steps any unit has ahead when it takes its shared steps and then its
@@ -363,13 +394,11 @@ TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
     index = std::max(index, most_shared);
     if (!expect || most_shared > fewest) {
       ++not_dominated;
-      EXPECT_EQ(ids(around), ids(tent)) << "the tent where no path dominates or X cannot have one index";
+      EXPECT_EQ(ids_of(around), ids_of(tent)) << "the tent where no path dominates or X cannot have one index";
       continue;
     }
     ++dominated;
-    std::vector<int> seen(p.steps.size(), 0);
-    for (const auto& s : around.steps) ++seen[static_cast<std::size_t>(s.start_s)];
-    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "a step lost or doubled";
+    expect_whole_and_runnable(around, p.steps.size(), P);
     std::set<std::size_t> at;  // X's index on each of its units
     for (int u = block.first; u < block.end(); ++u) {
       std::vector<const dcp::plan_step*> list;
@@ -393,15 +422,6 @@ TEST(PipelineOrder, ADominatingPathGoesLastWithTheLongestAheadOfIt) {
       EXPECT_LE(longest_behind, least_ahead) << "unit " << u << ": a single-unit step behind X outlasts one ahead";
     }
     EXPECT_EQ(at, std::set<std::size_t>{index}) << "X not at the expected index on every unit";
-    {
-      const std::vector<dcp::pipeline_step_times> times(around.steps.size(), {1.0, 2.0, 0.0});
-      for (int depth = 1; depth <= 3; ++depth) {
-        around.warmup_depth = depth;
-        dcp::pipeline_deadlock stuck{around.steps.size()};
-        (void)dcp::schedule_pipeline(around, times, P, &stuck);
-        EXPECT_EQ(stuck.first_stuck, around.steps.size()) << "the units' orders wait on each other at depth " << depth;
-      }
-    }
   }
   EXPECT_GT(dominated, 10) << "few rounds with a dominating path: the test tests little";
   EXPECT_GT(not_dominated, 10);
@@ -418,23 +438,13 @@ TEST(PipelineOrder, ADominatingPathsBlockFollowsItLongestFirst) {
   dcp_test::rng r(0x7a11);
   int tailed = 0, untailed = 0, paired_apart = 0;
   for (int trial = 0; trial < 400; ++trial) {
-    const int units = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
-    const int P = static_cast<int>(r.pick(std::vector<std::int64_t>{2, 4, 8}));
-    dcp::plan p = plan_of(units, random_round(r, units, 2));
-    const double scale = r.pick(std::vector<double>{1.0, 4.0, 16.0});
-    for (std::size_t j = 0; j < p.steps.size(); ++j) {
-      p.steps[j].start_s = static_cast<double>(j);
-      p.steps[j].time_s = (p.steps[j].sp() > 1 ? scale : 1.0) * (1 + r.unit());
-    }
+    timed_round round = random_timed_round(r, 2);
+    const int units = round.units, P = round.P;
+    dcp::plan& p = round.p;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(units) + " units, P = " + std::to_string(P));
     dcp::plan tent = p, last = p;
     (void)dcp::order_short_ends(tent, P);
     const bool dominated = dcp::order_short_ends(last, P, 0, dcp::path_place::last);
-    auto ids = [](const dcp::plan& q) {
-      std::vector<double> out;
-      for (const auto& s : q.steps) out.push_back(s.start_s);
-      return out;
-    };
     // X: the longest shared step (the first of equals); its tail: the other steps on its block.
     std::size_t x = p.steps.size();
     for (std::size_t j = 0; j < p.steps.size(); ++j)
@@ -453,7 +463,7 @@ TEST(PipelineOrder, ADominatingPathsBlockFollowsItLongestFirst) {
           place == dcp::path_place::pair_last ? std::min<std::size_t>(tail.size(), 1) : tail.size();
       if (!dominated || tail.empty()) {
         ++untailed;
-        EXPECT_EQ(ids(q), ids(last)) << "not `last`'s order where no path dominates or X's block is its own";
+        EXPECT_EQ(ids_of(q), ids_of(last)) << "not `last`'s order where no path dominates or X's block is its own";
         continue;
       }
       // X's index can agree unless a unit has fewer other steps than another has shared ones
@@ -472,14 +482,12 @@ TEST(PipelineOrder, ADominatingPathsBlockFollowsItLongestFirst) {
       }
       if (most_shared > fewest) {
         ++untailed;
-        EXPECT_EQ(ids(q), ids(tent)) << "not the tent where X cannot have one index";
+        EXPECT_EQ(ids_of(q), ids_of(tent)) << "not the tent where X cannot have one index";
         continue;
       }
       ++tailed;
       paired_apart += behind < tail.size();
-      std::vector<int> seen(p.steps.size(), 0);
-      for (const auto& s : q.steps) ++seen[static_cast<std::size_t>(s.start_s)];
-      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "a step lost or doubled";
+      expect_whole_and_runnable(q, p.steps.size(), P);
       std::set<std::size_t> at;  // X's index on each of its units
       for (int u = xb.first; u < xb.end(); ++u) {
         std::vector<const dcp::plan_step*> list;
@@ -502,13 +510,6 @@ TEST(PipelineOrder, ADominatingPathsBlockFollowsItLongestFirst) {
         }
       }
       EXPECT_EQ(at.size(), 1U) << "X at different indices on its units";
-      const std::vector<dcp::pipeline_step_times> times(q.steps.size(), {1.0, 2.0, 0.0});
-      for (int depth = 1; depth <= 3; ++depth) {
-        q.warmup_depth = depth;
-        dcp::pipeline_deadlock stuck{q.steps.size()};
-        (void)dcp::schedule_pipeline(q, times, P, &stuck);
-        EXPECT_EQ(stuck.first_stuck, q.steps.size()) << "the units' orders wait on each other at depth " << depth;
-      }
     }
   }
   EXPECT_GT(tailed, 40) << "few dominating paths with steps on their block: the test tests little";
