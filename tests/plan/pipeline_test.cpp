@@ -518,6 +518,28 @@ TEST(PipelineOrder, ADominatingPathsBlockFollowsItLongestFirst) {
 }
 
 // The plans of dcp and of every baseline (tuned on the batch) for `batch` on `cost`.
+// `p` with its steps shuffled within each round (one order for all units, so shared steps
+// cannot deadlock).
+dcp::plan shuffled_in_rounds(dcp::plan q, dcp_test::rng& r) {
+  for (std::size_t a = 0; a < q.steps.size();) {
+    std::size_t b = a;
+    while (b < q.steps.size() && q.steps[b].round == q.steps[a].round) ++b;
+    for (std::size_t i = b - 1; i > a; --i)  // Fisher-Yates within the round
+      std::swap(q.steps[i], q.steps[a + static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(i - a)))]);
+    a = b;
+  }
+  return q;
+}
+
+// Whether every step's memory in flight on stage 0 (`in_flight_memory`, at the plan's warmup
+// depth) is within the capacity: `plan_violations`' memory check.
+bool fits_in_flight(const dcp::plan& q, const dcp::analytic_cost& cost, int pp) {
+  std::vector<double> own;
+  for (const auto& st : q.steps) own.push_back(st.memory_bytes);
+  const auto held = dcp::in_flight_memory(q, own, dcp::working_memory_of(q, cost), cost.static_memory(), pp);
+  return std::all_of(held.begin(), held.end(), [&](double m) { return m <= cost.capacity() * (1 + 1e-12); });
+}
+
 std::vector<dcp::plan> every_planner(const dcp::analytic_cost& cost, std::span<const dcp::sequence> batch) {
   std::vector<dcp::plan> plans;
   plans.push_back(dcp::dcp_planner{}.plan(cost, batch));
@@ -620,34 +642,93 @@ TEST(PipelinePlans, NoOrderOrWarmupDepthBeatsTheBoundAroundALongPath) {
     const auto one = dcp::lower_bounds(cost, batch);
     const double floors = one.busy_s + dcp::pipeline_bubble_floor(pp, one.shortest_s);
     raised += one.around_s > std::max(pp * one.longest_s, floors) * (1 + 1e-9);
-    for (const auto& p : every_planner(cost, batch)) {
+    for (const auto& p : every_planner(cost, batch))
       for (int shuffle = 0; shuffle < 8; ++shuffle) {
-        dcp::plan q = p;
-        for (std::size_t a = 0; a < q.steps.size();) {
-          std::size_t b = a;
-          while (b < q.steps.size() && q.steps[b].round == q.steps[a].round) ++b;
-          for (std::size_t i = b - 1; i > a; --i)  // Fisher-Yates within the round
-            std::swap(q.steps[i],
-                      q.steps[a + static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(i - a)))]);
-          a = b;
-        }
+        dcp::plan q = shuffled_in_rounds(p, r);
         const auto times = dcp::pipeline_times(q, cost);
         for (int depth = 1; depth <= 4; ++depth) {
           q.warmup_depth = depth;
+          if (!fits_in_flight(q, cost, pp)) continue;  // no plan runs it: the bound counts memory
           const double makespan = dcp::schedule_pipeline(q, times, pp).makespan_s;
           EXPECT_GE(makespan, one.around_s * (1 - 1e-12)) << p.method << ", shuffle " << shuffle << ", depth " << depth;
         }
       }
-    }
   }
   EXPECT_GT(raised, 0) << "the term never rose above the long path and the busy floor: the test tests nothing";
+}
+
+// Llama-3.1-405B as published (its config.json: 126 blocks, hidden 16384, 128 heads and 8
+// key/value heads of 128, MLP 53248, a 128256-token vocabulary).
+dcp::transformer_spec llama31_405b() {
+  auto m = dcp::transformer_spec{"llama3.1-405b", 126, 16384, 128, 53248, 3, dcp::attention_kind::causal, 0};
+  m.kv_heads = 8;
+  m.vocab = 128256;
+  return m;
+}
+
+// The analytic model without `stored_per_token`: its bounds are those that count no memory in flight.
+struct without_stored_bytes : dcp::analytic_cost {
+  double stored_per_token(int) const = delete;
+};
+static_assert(!dcp::stored_per_token_cost_model<without_stored_bytes>);
+
+TEST(PipelineBounds, MemoryInFlightLimitsTheForwardsBehindAPath) {
+  // Stage 0 runs the forwards behind a micro-batch m while m travels the stages only as far as
+  // their stored bytes fit beside m's memory (they are in flight with it), so the bound around a
+  // path counts what hiding them can save within those bytes. Llama-3.1-405B on the kernel clock,
+  // TP8 and 8 units a stage, 128-320 short sequences and 1-3 of 48-128K tokens: the bound with
+  // memory is at least the one without and rises above it in some trials; no planner's plan, nor
+  // the plans with their steps shuffled within each round and timed at warmup depths 1 to 4
+  // wherever their memory in flight fits, beats it.
+  dcp_test::rng r(0x3e3f);
+  int raised = 0, timed = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    const int pp = static_cast<int>(r.pick(std::vector<std::int64_t>{4, 8}));
+    const auto cost =
+        dcp::make_analytic_cost(llama31_405b(), dcp::devices::h200(),
+                                dcp::parallel_layout{.gpus = 64 * pp, .gpus_per_node = 8, .tp = 8, .pp = pp});
+    std::vector<dcp::sequence> batch;
+    for (std::int64_t i = 0, n = r.between(128, 320); i < n; ++i) batch.push_back({i, 1, r.log_between(1024, 16384)});
+    for (std::int64_t i = 0, n = r.between(1, 3); i < n; ++i)
+      batch.push_back({static_cast<std::int64_t>(batch.size()), 1, r.log_between(49152, 131072)});
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) + ", " +
+                 std::to_string(batch.size()) + " sequences");
+    const auto staged = dcp::pipelined(dcp::lower_bounds(cost, batch), pp);
+    const auto without = dcp::pipelined(dcp::lower_bounds(without_stored_bytes{cost}, batch), pp);
+    EXPECT_GE(staged.joint_s, without.joint_s);
+    raised += staged.joint_s > without.joint_s * (1 + 1e-9);
+    for (const auto& p : every_planner(cost, batch)) {
+      EXPECT_TRUE(dcp::plan_violations(p, batch, cost).empty()) << p.method;
+      EXPECT_GE(p.makespan_s, staged.joint_s * (1 - 1e-12)) << p.method;
+      for (int shuffle = 0; shuffle < 8; ++shuffle) {
+        dcp::plan q = shuffled_in_rounds(p, r);
+        const auto times = dcp::pipeline_times(q, cost);
+        for (int depth = 1; depth <= 4; ++depth) {
+          q.warmup_depth = depth;
+          if (!fits_in_flight(q, cost, pp)) continue;
+          double makespan = 0;
+          try {
+            makespan = dcp::schedule_pipeline(q, times, pp).makespan_s;
+          } catch (const dcp::error&) {
+            continue;  // shared steps met in different 1F1B orders: no plan runs this order
+          }
+          ++timed;
+          EXPECT_GE(makespan, staged.joint_s * (1 - 1e-12))
+              << p.method << ", shuffle " << shuffle << ", depth " << depth;
+        }
+      }
+    }
+  }
+  EXPECT_GT(raised, 0) << "memory never raised the bound: the test tests nothing";
+  EXPECT_GT(timed, 0) << "no shuffled plan fit in memory: nothing was timed";
 }
 
 TEST(PipelineBounds, TheWorkFloorIsAffineInRecomputeSoItsForwardIsLeastAtAnEnd) {
   // The bound around a path takes a sequence's least forward, floor(k) L / (3L + k), at the two
   // ends of its recompute range: right only while the work floor is affine in k
-  // (`work_floors_cost_model`'s law). Random loads, every legal size and ring, on the section 4
-  // clock and the kernel clock, dense, MoE and windowed stages, with tp and ep.
+  // (`work_floors_cost_model`'s law); the memory around a path takes the stored bytes per token at
+  // the ends too (`stored_per_token_cost_model`'s law). Random loads, every legal size and ring, on the section 4 clock
+  // and the kernel clock, dense, MoE and windowed stages, with tp and ep.
   dcp_test::rng r(0xaff1);
   int tested = 0;
   for (const auto& device : {dcp::devices::h200_analytic(), dcp::devices::h200()}) {
@@ -671,6 +752,21 @@ TEST(PipelineBounds, TheWorkFloorIsAffineInRecomputeSoItsForwardIsLeastAtAnEnd) 
                         std::min(at0 * dcp::forward_share(L, 0), atL * dcp::forward_share(L, L)) * (1 - 1e-12));
             }
             ++tested;
+          }
+          // Stored bytes per token (`stored_per_token_cost_model`'s law): the rest of the memory,
+          // affine and non-increasing in k.
+          for (int k = 0; k <= L; ++k) {
+            EXPECT_NEAR(cost.memory(load, sp, k),
+                        cost.static_memory() + cost.working_memory(load, sp) +
+                            static_cast<double>(load.tokens) * cost.stored_per_token(k) / sp,
+                        1e-12 * cost.memory(load, sp, k));
+            if (k > 0) {
+              EXPECT_LE(cost.stored_per_token(k), cost.stored_per_token(k - 1));
+            }
+            if (k > 0 && k < L) {
+              EXPECT_NEAR(cost.stored_per_token(k - 1) + cost.stored_per_token(k + 1), 2 * cost.stored_per_token(k),
+                          1e-12 * cost.stored_per_token(0));
+            }
           }
         }
       }

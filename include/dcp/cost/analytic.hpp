@@ -431,6 +431,12 @@ struct analytic_cost {
             parallel.tp};
   }
   double memory(const load_type& l, int sp, int k) const noexcept { return memory_at(sp)(l, k); }
+  /// (L - k) beta h / tp + 2 k h / tp: what `memory` stores in flight per token, summed over the
+  /// step's sp GPUs of one TP rank (`stored_per_token_cost_model`).
+  double stored_per_token(int k) const noexcept {
+    const double L = model.blocks, h = static_cast<double>(model.hidden);
+    return ((L - k) * device.beta * h + k * 2 * h) / parallel.tp;
+  }
   /// The last term of `memory`, beta' h x: the peak working set, live only while the micro-batch
   /// runs an operation (`pipeline_cost_model`); the terms before it are what it stores in flight.
   double working_memory(const load_type& l, int sp) const noexcept {
@@ -662,6 +668,7 @@ static_assert(step_floor_share_cost_model<analytic_cost>);
 static_assert(work_floors_cost_model<analytic_cost>);
 static_assert(shared_time_floor_cost_model<analytic_cost>);
 static_assert(pipeline_cost_model<analytic_cost>);
+static_assert(stored_per_token_cost_model<analytic_cost>);
 static_assert(update_cost_model<analytic_cost>);
 
 }  // namespace dcp

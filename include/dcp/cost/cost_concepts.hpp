@@ -209,6 +209,18 @@ concept pipeline_cost_model = cost_model<C> && requires(const C& c, const typena
   { c.working_memory(l, sp) } -> std::convertible_to<double>;
 };
 
+/// A pipeline cost model whose stored activations are a fixed number of bytes per token
+/// (DESIGN 4.5, around a path): `c.stored_per_token(k)`, the bytes one token of a micro-batch
+/// stores in flight at k checkpointed blocks, summed over the step's units (one GPU of each, at
+/// one TP rank). Law: `memory(l, sp, k) = static_memory() + working_memory(l, sp) + l.tokens
+/// stored_per_token(k) / sp` for every load, sp and k, and `stored_per_token` is affine and
+/// non-increasing in k: so micro-batches in flight together store the sum of their sequences'
+/// bytes, whatever their sp.
+template <class C>
+concept stored_per_token_cost_model = pipeline_cost_model<C> && requires(const C& c, int k) {
+  { c.stored_per_token(k) } -> std::convertible_to<double>;
+};
+
 /// A cost model that prices the per-global-batch update (see the file comment).
 template <class C>
 concept update_cost_model = cost_model<C> && requires(const C& c) {

@@ -32,6 +32,65 @@ double fastest_block_speed(std::span<const double> speeds, const G& groups, int 
   return best;
 }
 
+namespace detail {
+
+/// A sequence's option's recompute range for the memory around a path: its least k and its
+/// least work floors (over the legal rings) at k and at L.
+struct recompute_ends {
+  int k;
+  double floor_k, floor_L;
+  double below;  // how far the backward may fall below its chord between k and L
+};
+
+/// One piece of a sequence's hull: `bytes` more stored in flight for `saved` more seconds.
+struct hull_piece {
+  double bytes, saved;
+};
+
+/// What hiding a sequence's forward behind a path saves (DESIGN 4.5, memory around a path): run
+/// on an option at k, its backward, `(1 - forward_share(L, k)) floor(k)`, is what it still costs
+/// stage 0 after the path against its floor w, for `tokens stored[k]` bytes in flight. Over the
+/// option's kmin..L the bytes are affine in k, and the backward (the least over rings) is at
+/// least the chord between its ends less `below`, so the pair (bytes, saving) lies under the
+/// segment between the ends with `below` added. Appends the pieces of the upper concave hull of
+/// (0, 0) and every option's two ends, in order, where they save more: a fractional knapsack over
+/// every sequence's pieces, best per byte first, is at least any choice of options and k.
+inline void hidden_forwards(std::span<const recompute_ends> ends, double w, double tokens,
+                            std::span<const double> stored, std::vector<hull_piece>& points,
+                            std::vector<hull_piece>& out) {
+  const int L = static_cast<int>(stored.size()) - 1;
+  points.clear();  // as (bytes, saved); the ends at L share their bytes, so the most saved there
+  double at_L = -std::numeric_limits<double>::infinity();
+  for (const recompute_ends& e : ends) {
+    points.push_back(
+        {tokens * stored[static_cast<std::size_t>(e.k)], w - (1 - forward_share(L, e.k)) * e.floor_k + e.below});
+    at_L = std::max(at_L, w - (1 - forward_share(L, L)) * e.floor_L + e.below);
+  }
+  points.push_back({tokens * stored[static_cast<std::size_t>(L)], at_L});
+  std::sort(points.begin(), points.end(), [](const hull_piece& a, const hull_piece& b) {
+    return a.bytes != b.bytes ? a.bytes < b.bytes : a.saved > b.saved;
+  });
+  std::size_t n = 0;  // points[0, n): the upper hull after (0, 0), rising
+  const hull_piece origin{0, 0};
+  for (std::size_t j = 0; j < points.size(); ++j) {
+    const hull_piece q = points[j];
+    if (q.saved <= (n ? points[n - 1] : origin).saved) continue;  // more bytes, no more saved
+    while (n >= 1) {  // drop the last point where it is under the chord to q
+      const hull_piece& a = n >= 2 ? points[n - 2] : origin;
+      const hull_piece& b = points[n - 1];
+      if ((b.saved - a.saved) * (q.bytes - a.bytes) > (q.saved - a.saved) * (b.bytes - a.bytes)) break;
+      --n;
+    }
+    points[n++] = q;
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    const hull_piece& before = j ? points[j - 1] : origin;
+    out.push_back({points[j].bytes - before.bytes, points[j].saved - before.saved});
+  }
+}
+
+}  // namespace detail
+
 /// Both per-batch lower bounds of DESIGN section 3, in seconds.
 struct batch_bounds {
   double simple_s = 0;  ///< max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) )
@@ -127,6 +186,13 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   };
   std::vector<priced> ranges;  // per feasible sequence, in order: its terms (twins share them)
   std::vector<priced> seen(count);
+  // Memory around a path (`stored_per_token_cost_model`, below): the bytes stored per token at
+  // each k, and per entry of `ranges` its sequence's index (a twin: its owner's).
+  std::vector<double> stored;
+  std::vector<std::size_t> seq_of;
+  if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>)
+    if (cost.layout().pp > 1 && speeds.empty())
+      for (int k = 0; k <= cost.blocks(); ++k) stored.push_back(cost.stored_per_token(k));
   [[maybe_unused]] const auto floors = [&] {
     if constexpr (work_floors_cost_model<C>)
       return cost.floors();
@@ -154,6 +220,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
       const priced p = seen[i] = seen[j];
       if (!std::isfinite(p.t)) continue;  // as below
       ranges.push_back(p);
+      if (!stored.empty()) seq_of.push_back(seq_of[p.owner]);
       if (p.first < p.last) shares += terms[p.first].share;
       work += p.w;
       longest = std::max(longest, p.t);
@@ -215,6 +282,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
     if (std::isfinite(forward) && w > 0) seen[i].ahead = std::clamp(forward / w, 0.25, 1.0 / 3);
     if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
     ranges.push_back(seen[i]);
+    if (!stored.empty()) seq_of.push_back(i);
     shares += share;
     work += w;
     longest = std::max(longest, t);
@@ -241,43 +309,64 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   // sequence's forward on any option at any k >= kmin is at least the least of it at kmin and
   // at L over its options: phi_j of its floor W_j (`priced::ahead`). The others' least phi_j
   // holds for every mix ahead of i; elsewhere phi = 1/4.
-  if (pp > 1 && speeds.empty()) {
-    const double P = pp, U = cost.gpus();
-    // The two least phi_j, so that i's own is left out of its term.
-    std::size_t least_at = ranges.size();
-    double phi1 = 0.25, phi2 = 0.25;
-    if (!ranges.empty()) {
-      phi1 = phi2 = 1.0 / 3;
-      for (std::size_t r = 0; r < ranges.size(); ++r) {
-        if (ranges[r].ahead < phi1)
-          phi2 = phi1, phi1 = ranges[r].ahead, least_at = r;
-        else if (ranges[r].ahead < phi2)
-          phi2 = ranges[r].ahead;
-      }
+  const double P = pp, U = cost.gpus();
+  // The two least phi_j, so that i's own is left out of its term.
+  std::size_t least_at = ranges.size();
+  double phi1 = 0.25, phi2 = 0.25;
+  if (pp > 1 && !ranges.empty()) {
+    phi1 = phi2 = 1.0 / 3;
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      if (ranges[r].ahead < phi1)
+        phi2 = phi1, phi1 = ranges[r].ahead, least_at = r;
+      else if (ranges[r].ahead < phi2)
+        phi2 = ranges[r].ahead;
     }
+  }
+  // The bound for one option (s units, t per stage; `rest` the others' floors) where the work
+  // behind the path runs at most `hidden` seconds a unit of its forwards on stage 0 before the
+  // path's backward (memory around a path, below; infinite: all of them): g(y) rises with a third
+  // piece from y = y* + 3 hidden.
+  const auto around_at = [&](double s, double t, double rest, double phi, double hidden) {
+    const double knee = (P - 1) * t / (3 * (1 - phi));  // y*: past it the last stage binds
+    const double bend = knee + 3 * hidden;              // past it memory binds stage 0
+    const double steep = 2.0 / 3.0 + 1 / (3 * (4 - 3 * phi));
+    auto around = [&](double y) {
+      double g = P * t + phi * y + (2.0 / 3.0 - phi) * std::max(0.0, y - knee);
+      if (y > bend) g += (steep - 2.0 / 3.0) * (y - bend);
+      return g;
+    };
+    double at = around(rest / s);  // every unit holds i: all the rest is around its path
+    if (s < U) {
+      // g rises and (R - s y) / (U - s) falls in y: they cross on one of g's pieces.
+      const double c = s / (U - s), others = rest / (U - s);
+      double y = (others - P * t) / (phi + c);
+      if (y > knee) y = (others - P * t + (2.0 / 3.0 - phi) * knee) / (2.0 / 3.0 + c);
+      if (y > bend) y = (others - around(bend) + steep * bend) / (steep + c);
+      y = std::clamp(y, 0.0, rest / s);
+      at = std::max(around(y), others - c * y);
+    }
+    return at;
+  };
+  const auto rest_of = [&](const priced& p, std::size_t o) {
+    return std::max(0.0, work - p.w - std::max(0.0, terms[o].sp * terms[o].time - terms[o].floor));
+  };
+  // Per range, the option whose term is least: where memory counts (below), the range's term is
+  // at most that option's with nothing hidden behind the path.
+  std::vector<std::size_t> least_option(stored.empty() ? 0 : ranges.size(), 0);
+  if (pp > 1 && speeds.empty())
     for (std::size_t r = 0; r < ranges.size(); ++r) {
       const priced& p = ranges[r];
       const double phi = r == least_at ? phi2 : phi1;
       double least = std::numeric_limits<double>::infinity();
-      for (std::size_t o = p.first; o < p.last; ++o) {
-        const double s = terms[o].sp, t = terms[o].time;
-        const double rest = std::max(0.0, work - p.w - std::max(0.0, s * t - terms[o].floor));
-        const double knee = (P - 1) * t / (3 * (1 - phi));  // y*: past it the last stage binds
-        auto around = [&](double y) { return P * t + phi * y + (2.0 / 3.0 - phi) * std::max(0.0, y - knee); };
-        double at = around(rest / s);  // every unit holds i: all the rest is around its path
-        if (s < U) {
-          // g rises and (R - s y) / (U - s) falls in y: they cross on g's first piece or its second.
-          const double c = s / (U - s), others = rest / (U - s);
-          double y = (others - P * t) / (phi + c);
-          if (y > knee) y = (others - P * t + (2.0 / 3.0 - phi) * knee) / (2.0 / 3.0 + c);
-          y = std::clamp(y, 0.0, rest / s);
-          at = std::max(around(y), others - c * y);
+      for (std::size_t o = p.first; o < p.last; ++o)
+        if (const double at =
+                around_at(terms[o].sp, terms[o].time, rest_of(p, o), phi, std::numeric_limits<double>::infinity());
+            at < least) {
+          least = at;
+          if (!least_option.empty()) least_option[r] = o;
         }
-        least = std::min(least, at);
-      }
       out.around_s = std::max(out.around_s, least);
     }
-  }
   // zero3: no step is shorter than its gather floor, and a step holds at most x_max tokens per
   // unit, so the batch needs at least sum_i share_i unit-seconds (DESIGN section 3).
   out.simple_s = std::max({work / capacity, longest, shares / capacity});
@@ -341,6 +430,133 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   out.joint_s = std::max(largest_joint(1, 0), out.simple_s);
   if (const int stages = cost.layout().pp; stages > 1)
     out.pipeline_joint_s = largest_joint(stages, pipeline_bubble_floor(stages, out.shortest_s));
+  // Memory around a path (DESIGN 4.5): the forwards that stage 0 runs behind i's micro-batch m
+  // before m's backward are the next d (P - 1) of its unit, in flight with m, so their stored
+  // bytes fit in the capacity less m's memory, C - memory_i(s, L) on each of m's units. Hiding a
+  // sequence's forward saves at most `hidden_forwards`' value against its floor; over m's s units
+  // the saving is at most the fractional knapsack of every sequence's hull in s (C - memory_i(s,
+  // L)) bytes (`around_at`'s `hidden`, a unit's share), its own pieces left out. Only sequences
+  // whose least option's term with nothing hidden (`hidden` 0, the largest it can be) passes the
+  // other terms are priced, and the pieces are built and sorted only when one is.
+  if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>) {
+    if (stored.empty()) return out;
+    const double bubble = pipeline_bubble_floor(pp, out.shortest_s);
+    double above =
+        std::max({out.joint_s + bubble, out.busy_s + bubble, P * out.longest_s, out.around_s, out.pipeline_joint_s});
+    // Every sequence's pieces, by saving per byte, most first (`order`, as indices into `hull`
+    // counted in `ranges`' order), their prefix sums, and where each one landed.
+    std::vector<std::size_t> order, landed;
+    std::vector<double> bytes_to, saved_to;
+    std::vector<std::size_t> first_of;              // range r's pieces: order indices first_of[r] .. first_of[r + 1]
+    std::vector<detail::hull_piece> hull, corners;  // every owner's pieces (`hidden_forwards`); scratch
+    // Sequence i's options' ends (`detail::recompute_ends`), into `ends`: each ring's work floor
+    // (A + B k) at kmin and at L gives its backward, (A + B k)(2L + k) / (3L + k), which is
+    // affine in u = 3L + k plus -A' L / u (A' = A - 3 B L): convex where A' < 0, and then at
+    // most -A' L (1/sqrt(u0) - 1/sqrt(u1))^2 below its chord over kmin..L.
+    std::vector<detail::recompute_ends> ends;
+    const auto ends_at = [&](std::size_t i) {
+      ends.clear();
+      const auto& load = load_at(i);
+      const int L = cost.blocks();
+      for (const sequence_option& o : options_at(i)) {
+        if (speed_of_sp[static_cast<std::size_t>(o.sp)] == 0) continue;  // as above
+        const int sp = o.sp, k = o.checkpointed_blocks;
+        double least_k = std::numeric_limits<double>::infinity(), least_L = least_k, below = 0;
+        for (int r = step_ring_of(cost, sp), last = widest_ring_of(cost, sp), first = r;
+             r == first || (r <= last && sp % r == 0); r *= 2) {
+          const double at_k = floors.both(load, sp, k, r).work, at_L = floors.both(load, sp, L, r).work;
+          least_k = std::min(least_k, at_k), least_L = std::min(least_L, at_L);
+          if (k >= L) continue;
+          const double slope = (at_L - at_k) / (L - k), bent = at_k - slope * k - 3 * slope * L;
+          if (bent < 0) {
+            const double gap = 1 / std::sqrt(3.0 * L + k) - 1 / std::sqrt(4.0 * L);
+            below = std::max(below, -bent * L * gap * gap);
+          }
+        }
+        ends.push_back({k, least_k, least_L, below});
+      }
+    };
+    const auto piece = [&](std::size_t x) -> const detail::hull_piece& { return hull[x]; };
+    std::vector<std::size_t> at_hull;  // counted index -> index into `hull`
+    const auto sort_pieces = [&] {
+      std::vector<std::pair<std::size_t, std::size_t>> hull_of(ranges.size());  // range r's pieces of `hull`
+      first_of.push_back(0);
+      for (std::size_t r = 0; r < ranges.size(); ++r) {
+        const priced& p = ranges[r];
+        if (p.owner < r) {
+          hull_of[r] = hull_of[p.owner];  // a twin: its owner's pieces
+        } else {
+          hull_of[r].first = hull.size();
+          ends_at(seq_of[r]);
+          detail::hidden_forwards(ends, p.w, static_cast<double>(load_at(seq_of[r]).tokens), stored, corners, hull);
+          hull_of[r].second = hull.size();
+        }
+        for (std::size_t x = hull_of[r].first; x < hull_of[r].second; ++x) at_hull.push_back(x);
+        first_of.push_back(at_hull.size());
+      }
+      order.resize(at_hull.size());
+      for (std::size_t x = 0; x < order.size(); ++x) order[x] = x;
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        const auto &u = piece(at_hull[a]), &v = piece(at_hull[b]);
+        const double left = u.saved * v.bytes, right = v.saved * u.bytes;
+        return left != right ? left > right : a < b;
+      });
+      landed.resize(order.size());
+      double b = 0, v = 0;
+      for (std::size_t j = 0; j < order.size(); ++j) {
+        landed[order[j]] = j;
+        bytes_to.push_back(b += piece(at_hull[order[j]]).bytes);
+        saved_to.push_back(v += piece(at_hull[order[j]]).saved);
+      }
+    };
+    // The knapsack of every sequence's pieces but range r's own in `budget` bytes.
+    std::vector<std::size_t> own;
+    const auto most_saved = [&](double budget, std::size_t r) {
+      if (order.empty()) sort_pieces();
+      own.clear();
+      for (std::size_t x = first_of[r]; x < first_of[r + 1]; ++x) own.push_back(landed[x]);
+      std::sort(own.begin(), own.end());
+      // The prefix sums up to position j with r's pieces left out.
+      const auto without = [&](std::size_t j, const std::vector<double>& to, bool bytes) {
+        double sum = to[j];
+        for (std::size_t q : own)
+          if (q <= j) sum -= bytes ? piece(at_hull[order[q]]).bytes : piece(at_hull[order[q]]).saved;
+        return sum;
+      };
+      std::size_t lo = 0, hi = order.size();  // the first j whose sum without r reaches the budget
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (without(mid, bytes_to, true) < budget)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo == order.size()) return order.empty() ? 0.0 : without(order.size() - 1, saved_to, false);
+      const double before_b = lo == 0 ? 0 : without(lo - 1, bytes_to, true);
+      const double before_v = lo == 0 ? 0 : without(lo - 1, saved_to, false);
+      const auto& x = piece(at_hull[order[lo]]);
+      return before_v + x.saved * ((budget - before_b) / x.bytes);
+    };
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      const priced& p = ranges[r];
+      const double phi = r == least_at ? phi2 : phi1;
+      if (p.first == p.last) continue;
+      const std::size_t x = least_option[r];
+      if (!(around_at(terms[x].sp, terms[x].time, rest_of(p, x), phi, 0) > above)) continue;
+      const auto& load = load_at(seq_of[r]);
+      double least = std::numeric_limits<double>::infinity();
+      for (std::size_t o = p.first; o < p.last; ++o) {
+        const int sp = terms[o].sp;
+        // C - memory_i(s, L) by the law of `stored_per_token_cost_model`
+        const double room = cost.capacity() - cost.static_memory() - cost.working_memory(load, sp) -
+                            static_cast<double>(load.tokens) * stored.back() / sp;
+        least = std::min(
+            least, around_at(sp, terms[o].time, rest_of(p, o), phi, most_saved(sp * std::max(0.0, room), r) / sp));
+      }
+      out.around_s = std::max(out.around_s, least);
+      above = std::max(above, least);
+    }
+  }
   return out;
 }
 
