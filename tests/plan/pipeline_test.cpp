@@ -517,9 +517,9 @@ TEST(PipelineOrder, ADominatingPathsBlockFollowsItLongestFirst) {
   EXPECT_GT(untailed, 40);
 }
 
-// The plans of dcp and of every baseline (tuned on the batch) for `batch` on `cost`.
-// `p` with its steps shuffled within each round (one order for all units, so shared steps
-// cannot deadlock).
+// `p` with its steps shuffled within each round, one order for all units (at a warmup depth
+// above 1, units that share steps may still reach them in different 1F1B orders, which
+// `schedule_pipeline` refuses).
 dcp::plan shuffled_in_rounds(dcp::plan q, dcp_test::rng& r) {
   for (std::size_t a = 0; a < q.steps.size();) {
     std::size_t b = a;
@@ -540,6 +540,7 @@ bool fits_in_flight(const dcp::plan& q, const dcp::analytic_cost& cost, int pp) 
   return std::all_of(held.begin(), held.end(), [&](double m) { return m <= cost.capacity() * (1 + 1e-12); });
 }
 
+// The plans of dcp and of every baseline (tuned on the batch) for `batch` on `cost`.
 std::vector<dcp::plan> every_planner(const dcp::analytic_cost& cost, std::span<const dcp::sequence> batch) {
   std::vector<dcp::plan> plans;
   plans.push_back(dcp::dcp_planner{}.plan(cost, batch));
@@ -726,9 +727,9 @@ TEST(PipelineBounds, MemoryInFlightLimitsTheForwardsBehindAPath) {
 TEST(PipelineBounds, TheWorkFloorIsAffineInRecomputeSoItsForwardIsLeastAtAnEnd) {
   // The bound around a path takes a sequence's least forward, floor(k) L / (3L + k), at the two
   // ends of its recompute range: right only while the work floor is affine in k
-  // (`work_floors_cost_model`'s law); the memory around a path takes the stored bytes per token at
-  // the ends too (`stored_per_token_cost_model`'s law). Random loads, every legal size and ring, on the section 4 clock
-  // and the kernel clock, dense, MoE and windowed stages, with tp and ep.
+  // (`work_floors_cost_model`'s law); the memory around a path takes the stored bytes per token
+  // at the ends too (`stored_per_token_cost_model`'s law). Random loads, every legal size and
+  // ring, on the section 4 clock and the kernel clock, dense, MoE and windowed stages, with tp and ep.
   dcp_test::rng r(0xaff1);
   int tested = 0;
   for (const auto& device : {dcp::devices::h200_analytic(), dcp::devices::h200()}) {

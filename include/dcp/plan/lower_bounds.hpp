@@ -440,9 +440,7 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   // other terms are priced, and the pieces are built and sorted only when one is.
   if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>) {
     if (stored.empty()) return out;
-    const double bubble = pipeline_bubble_floor(pp, out.shortest_s);
-    double above =
-        std::max({out.joint_s + bubble, out.busy_s + bubble, P * out.longest_s, out.around_s, out.pipeline_joint_s});
+    double above = pipelined(out, pp).joint_s;  // the bound without memory
     // Every sequence's pieces, by saving per byte, most first (`order`, as indices into `hull`
     // counted in `ranges`' order), their prefix sums, and where each one landed.
     std::vector<std::size_t> order, landed;
