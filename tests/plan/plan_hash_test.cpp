@@ -1,14 +1,8 @@
 // dcp_planner: plans and lower bounds are bit-identical to recorded ones over batches of every
-// embedded workload (the latency work on the planner and the analytic cost model must not move
-// a single plan), and the planner's shared-shape pricing of the bounds equals pricing every
-// sequence on its own. A change meant to change plans updates the table from the printed hashes.
-
-#include <dcp/cost/analytic.hpp>
-#include <dcp/plan/dcp_planner.hpp>
-#include <dcp/plan/lower_bounds.hpp>
-#include <dcp/workload/embedded.hpp>
-
-#include <gtest/gtest.h>
+// embedded workload and on pipeline stages (the latency work on the planner, the pipeline plan
+// and the analytic cost model must not move a single plan), and the planner's shared-shape
+// pricing of the bounds equals pricing every sequence on its own. A change meant to change plans
+// updates the tables from the printed hashes.
 
 #include <algorithm>
 #include <bit>
@@ -17,6 +11,15 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
+
+#include <dcp/cost/analytic.hpp>
+#include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
+#include <dcp/plan/lower_bounds.hpp>
+#include <dcp/workload/embedded.hpp>
+#include <dcp/workload/tuning.hpp>
 
 namespace {
 
@@ -199,3 +202,50 @@ TEST(PlanHash, SharedShapeBoundsEqualPerSequenceBounds) {
 }
 
 }  // namespace
+
+// Pipeline plans (pp > 1) are bit-identical to recorded ones: dcp's short-ends orders, warmup
+// depths and recompute in flight at the planner's default knobs, and dynamic_cp's as placed
+// (its token cap tuned on the batch).
+struct recorded_pipeline {
+  const char* model;
+  const char* workload;
+  int gpus, tp, pp;
+  std::int64_t sequences;
+  bool dynamic_cp;  // else dcp
+  std::uint64_t plan_hash;
+  std::uint64_t bounds;
+};
+
+constexpr recorded_pipeline pipeline_table[] = {
+    {"llama3-70b", "text-longtail", 256, 8, 4, 4096, false, 0x887edcebfea14714ull, 0x8144abde8351a0d4ull},
+    {"llama3-70b", "text-longtail", 256, 8, 4, 4096, true, 0x49c9b2f4249040e2ull, 0x8144abde8351a0d4ull},
+    {"llama3-8b", "text-longtail", 128, 1, 8, 1500, false, 0x0b9880c03a30aea5ull, 0x80554aaa51412248ull},
+    {"cogvideox-5b", "cogvideox-zipf10", 64, 1, 2, 1500, false, 0xe5c0a2a7cfe59fd8ull, 0x801229292a50aaa4ull},
+    {"wan2.1-14b", "cogvideox-zipf10", 64, 1, 2, 1500, true, 0x97db6066888086b0ull, 0x805112a1082a4888ull},
+};
+
+TEST(PlanHash, PipelinePlansAsRecorded) {
+  int deeper = 0, recomputing = 0;  // dcp plans past 1F1B's depth, and with checkpointed blocks
+  for (const recorded_pipeline& r : pipeline_table) {
+    const auto cost = dcp::make_analytic_cost(dcp::models::preset(r.model), dcp::devices::h200(),
+                                              {.gpus = r.gpus, .tp = r.tp, .pp = r.pp});
+    const auto batch = batch_of(r.workload, r.sequences);
+    const std::span<const dcp::sequence> data(batch);
+    const dcp::plan p = r.dynamic_cp ? dcp::tune(dcp::dynamic_cp_planner{}, cost, data).plan(cost, data)
+                                     : dcp::dcp_planner{}.plan(cost, data);
+    const std::uint64_t b = bounds_bits(p.joint_lower_bound_s, p.lower_bound_s);
+    EXPECT_EQ(p.hash(), r.plan_hash) << r.model << " pp " << r.pp << (r.dynamic_cp ? " dynamic_cp" : " dcp");
+    EXPECT_EQ(b, r.bounds) << r.model << " pp " << r.pp << (r.dynamic_cp ? " dynamic_cp" : " dcp");
+    if (p.hash() != r.plan_hash || b != r.bounds)
+      std::printf("    {\"%s\", \"%s\", %d, %d, %d, %lld, %s, 0x%016llxull, 0x%016llxull},\n", r.model, r.workload,
+                  r.gpus, r.tp, r.pp, static_cast<long long>(r.sequences), r.dynamic_cp ? "true" : "false",
+                  static_cast<unsigned long long>(p.hash()), static_cast<unsigned long long>(b));
+    if (!r.dynamic_cp) {
+      deeper += p.warmup_depth > 1;
+      recomputing += std::any_of(p.steps.begin(), p.steps.end(),
+                                 [](const dcp::plan_step& s) { return s.checkpointed_blocks > 0; });
+    }
+  }
+  EXPECT_GT(deeper, 0);
+  EXPECT_GT(recomputing, 0);
+}
