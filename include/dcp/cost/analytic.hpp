@@ -508,24 +508,37 @@ struct analytic_cost {
     struct pair {
       double work, packed;
     };
+    /// What both floors share: L, the step's FLOPs (section 4 prices attention FLOPs with the
+    /// GEMMs; a kernel clock on their own rates), its communication floor and its LM head's FLOPs.
+    struct shared {
+      double L, flops, comm, head;
+    };
+    shared shared_of(const load_type& l, int sp, int k, int r) const noexcept {
+      const bool kernel = attention_rate > 0;
+      return {static_cast<double>(cost->model.blocks), flops_per_token * l.tokens + (kernel ? 0 : l.attention),
+              cost->communication_floor(l, sp, k, r), 3 * head_per_token * l.tokens};  // the LM head, never recomputed
+    }
+    double attention(const load_type& l, double L, double kk) const noexcept {
+      return attention_rate > 0 ? ((1 + kk / L) * l.attention_forward_work + l.attention_backward_work) / attention_rate
+                                : 0;
+    }
+    double work_of(const shared& q, const load_type& l, int k) const noexcept {
+      return ((3 + k / q.L) * q.flops + q.head) / work_rate + attention(l, q.L, k) + q.comm;
+    }
     /// Both floors of one step (they share its FLOPs and communication floor).
     pair both(const load_type& l, int sp, int k, int r) const noexcept {
-      const double L = cost->model.blocks, beta = cost->device.beta;
-      const bool kernel = attention_rate > 0;
-      // Section 4 prices attention FLOPs with the GEMMs; a kernel clock on their own rates.
-      const double flops = flops_per_token * l.tokens + (kernel ? 0 : l.attention);
-      const double comm = cost->communication_floor(l, sp, k, r);
-      const double head = 3 * head_per_token * l.tokens;  // the LM head, never recomputed
-      auto attention = [&](double kk) {
-        return kernel ? ((1 + kk / L) * l.attention_forward_work + l.attention_backward_work) / attention_rate : 0;
-      };
+      const shared q = shared_of(l, sp, k, r);
+      const double beta = cost->device.beta;
       auto g = [&](double kk) {
-        const double saturation = 1 + cost->device.x_half * ((L - kk) * beta + 2 * kk + work_beta) / room;
-        return ((3 + kk / L) * saturation * flops + saturation * head) / packed_rate + attention(kk);
+        const double saturation = 1 + cost->device.x_half * ((q.L - kk) * beta + 2 * kk + work_beta) / room;
+        return ((3 + kk / q.L) * saturation * q.flops + saturation * q.head) / packed_rate + attention(l, q.L, kk);
       };
-      return {((3 + k / L) * flops + head) / work_rate + attention(k) + comm, std::min(g(k), g(L)) + comm};
+      return {work_of(q, l, k), std::min(g(k), g(q.L)) + q.comm};
     }
-    double work(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).work; }
+    /// The work floor alone (a caller that needs no packed floor skips its terms).
+    double work(const load_type& l, int sp, int k, int r) const noexcept {
+      return work_of(shared_of(l, sp, k, r), l, k);
+    }
     double packed(const load_type& l, int sp, int k, int r) const noexcept { return both(l, sp, k, r).packed; }
   };
   floors_on floors() const noexcept {

@@ -352,6 +352,15 @@ constexpr bool legal_ring(const C& c, int sp, int r) noexcept {
          sp % r == 0;
 }
 
+/// Calls `f(r)` for every `legal_ring` r of a step on `sp` units: `step_ring_of(c, sp)`, then
+/// each wider power of two up to `widest_ring_of(c, sp)` while it divides sp.
+template <class C, class F>
+constexpr void for_each_legal_ring(const C& c, int sp, F&& f) {
+  const int first = step_ring_of(c, sp);
+  f(first);
+  for (int r = 2 * first, last = widest_ring_of(c, sp); r <= last && sp % r == 0; r *= 2) f(r);
+}
+
 /// Seconds of a step on `sp` units with `k` checkpointed blocks run with ring `r` (a `legal_ring`).
 template <cost_model C>
 double time_with_ring(const C& c, const typename C::load_type& l, int sp, int k, int r) {

@@ -759,7 +759,7 @@ class dcp_planning {
         }
         const int i = pick->second;
         by_ready.erase(pick);
-        by_ready.insert({b.place(b.make_step(sequences_of(g), groups.block(width, i), g.k, g.ring)), i});
+        by_ready.insert({b.place_new(sequences_of(g), groups.block(width, i), g.k, g.ring), i});
         continue;
       }
       // Each block prices the step in its capacity class (once per class); a block that cannot
@@ -786,7 +786,7 @@ class dcp_planning {
       check(best.size > 0, errc::infeasible,
             [&] { return "dcp planner: no block of " + std::to_string(g.sp) + " units holds a step it priced there"; });
       const pricing& at = fit_ready >= 0 ? fit_p : best_p;
-      b.place(b.make_step(sequences_of(g), fit_ready >= 0 ? fit : best, at.k, at.ring));
+      b.place_new(sequences_of(g), fit_ready >= 0 ? fit : best, at.k, at.ring);
     }
 
     // Fluid: longest first to the block of the fluid level (GPUs at sp = 1) where it ends first.
@@ -868,7 +868,8 @@ class dcp_planning {
     }
     rebalance(b, groups, sp, on, steps, finish);
     for (int u = 0; u < n; ++u)
-      for (const auto& g : steps[static_cast<std::size_t>(u)]) b.place(b.make_step(sequences_of(g), groups.block(sp, u), g.k, g.ring));
+      for (const auto& g : steps[static_cast<std::size_t>(u)])
+        b.place_new(sequences_of(g), groups.block(sp, u), g.k, g.ring);
     return std::move(b).finish(bounds_, norm);
   }
 
@@ -946,7 +947,7 @@ class dcp_planning {
           const auto at = priced_in(g, class_of(blk));  // a block too small for it waits for another
           if (!at) continue;
           std::fill(busy.begin() + blk.first, busy.begin() + blk.end(), 1);
-          round_end = std::max(round_end, b.place(b.make_step(sequences_of(g), blk, at->k, at->ring), round_start));
+          round_end = std::max(round_end, b.place_new(sequences_of(g), blk, at->k, at->ring, round_start));
           placed = true;
         }
         if (!placed) later.push_back(std::move(g));

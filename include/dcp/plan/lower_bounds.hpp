@@ -243,12 +243,13 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
         // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
         // then each wider one.
         auto least_over_rings = [&](int kk) {
-          auto least = floors.both(load, sp, kk, step_ring_of(cost, sp));
-          for (int r = 2 * step_ring_of(cost, sp), last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2) {
+          decltype(floors.both(load, sp, kk, 1)) least{std::numeric_limits<double>::infinity(),
+                                                       std::numeric_limits<double>::infinity()};
+          for_each_legal_ring(cost, sp, [&](int r) {
             const auto [work_r, packed_r] = floors.both(load, sp, kk, r);
             least.work = work_r < least.work ? work_r : least.work;
             least.packed = packed_r < least.packed ? packed_r : least.packed;
-          }
+          });
           return least;
         };
         const auto [floor, packed] = least_over_rings(k);
@@ -260,7 +261,12 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
             // The work floor is affine in k, so its forward share `floor(k) L / (3L + k)` is
             // monotone in k: the least over k..L is at an end (DESIGN 4.5, around a path).
             const int L = cost.blocks();
-            forward = std::min({forward, floor * forward_share(L, k), least_over_rings(L).work * forward_share(L, L)});
+            double at_L = std::numeric_limits<double>::infinity();  // the work floor alone: no packed one
+            for_each_legal_ring(cost, sp, [&](int r) {
+              const double x = floors.work(load, sp, L, r);
+              at_L = x < at_L ? x : at_L;
+            });
+            forward = std::min({forward, floor * forward_share(L, k), at_L * forward_share(L, L)});
           }
         continue;
       }
@@ -460,17 +466,16 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
         if (speed_of_sp[static_cast<std::size_t>(o.sp)] == 0) continue;  // as above
         const int sp = o.sp, k = o.checkpointed_blocks;
         double least_k = std::numeric_limits<double>::infinity(), least_L = least_k, below = 0;
-        for (int r = step_ring_of(cost, sp), last = widest_ring_of(cost, sp), first = r;
-             r == first || (r <= last && sp % r == 0); r *= 2) {
-          const double at_k = floors.both(load, sp, k, r).work, at_L = floors.both(load, sp, L, r).work;
+        for_each_legal_ring(cost, sp, [&](int r) {
+          const double at_k = floors.work(load, sp, k, r), at_L = floors.work(load, sp, L, r);
           least_k = std::min(least_k, at_k), least_L = std::min(least_L, at_L);
-          if (k >= L) continue;
+          if (k >= L) return;
           const double slope = (at_L - at_k) / (L - k), bent = at_k - slope * k - 3 * slope * L;
           if (bent < 0) {
             const double gap = 1 / std::sqrt(3.0 * L + k) - 1 / std::sqrt(4.0 * L);
             below = std::max(below, -bent * L * gap * gap);
           }
-        }
+        });
         ends.push_back({k, least_k, least_L, below});
       }
     };

@@ -52,7 +52,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -335,23 +334,33 @@ auto memory_of(const C& cost, int sp) {
 }
 
 /// What parts 2 and 3 price of the steps of a plan as placed, whatever their order: each one's
-/// load, stage transfer and working set (recompute changes none), and its time and memory at each count of
-/// checkpointed blocks, each computed the first time it is asked for (every order and warmup
-/// depth asks for many of the same).
+/// load, stage transfer and working set (recompute changes none), its memory at any count of
+/// checkpointed blocks (a few operations: computed where asked), and its time at each count,
+/// computed the first time it is asked for (every order and warmup depth asks for many of the
+/// same, and few of the counts).
 template <pipeline_cost_model C>
 class step_prices {
  public:
-  step_prices(const C& cost, const plan& p) : cost_(&cost), columns_(static_cast<std::size_t>(cost.blocks()) + 1) {
+  /// `loads`: the steps' loads where the caller has them (else priced from their sequences).
+  step_prices(const C& cost, const plan& p, std::span<const typename C::load_type> loads = {})
+      : cost_(&cost), columns_(static_cast<std::size_t>(cost.blocks()) + 1) {
     const std::size_t n = p.steps.size();
     loads_.reserve(n), transfer_.reserve(n), working_.reserve(n), speed_.reserve(n), sp_.reserve(n), ring_.reserve(n);
-    for (const auto& s : p.steps) {
-      loads_.push_back(load_of_step(cost, s));
+    size_of_.reserve(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      const plan_step& s = p.steps[j];
+      loads_.push_back(loads.size() == n ? loads[j] : load_of_step(cost, s));
       transfer_.push_back(cost.stage_transfer(loads_.back(), s.sp()));
       working_.push_back(cost.working_memory(loads_.back(), s.sp()));
       speed_.push_back(block_speed(p.speeds, s.ranks));
       sp_.push_back(s.sp()), ring_.push_back(s.ring);
+      // A plan has few step sizes: one memory function per size, its per-model terms computed once.
+      std::size_t f = 0;
+      while (f < sizes_.size() && sizes_[f] != s.sp()) ++f;
+      if (f == sizes_.size()) sizes_.push_back(s.sp()), memory_on_.push_back(memory_of(cost, s.sp()));
+      size_of_.push_back(f);
     }
-    time_.assign(n * columns_, -1), memory_.assign(n * columns_, -1);
+    time_.assign(n * columns_, -1);
   }
   double transfer(std::size_t j) const { return transfer_[j]; }
   /// Step j's working set (`pipeline_cost_model::working_memory`).
@@ -363,18 +372,18 @@ class step_prices {
     return t;
   }
   /// Step j's memory with k checkpointed blocks (`memory_of`).
-  double memory(std::size_t j, int k) {
-    double& m = memory_[j * columns_ + static_cast<std::size_t>(k)];
-    if (m < 0) m = memory_of(*cost_, sp_[j])(loads_[j], k);
-    return m;
-  }
+  double memory(std::size_t j, int k) const { return memory_on_[size_of_[j]](loads_[j], k); }
 
  private:
   const C* cost_;
   std::size_t columns_;
   std::vector<typename C::load_type> loads_;
-  std::vector<double> transfer_, working_, speed_, time_, memory_;
+  std::vector<double> transfer_, working_, speed_;
   std::vector<int> sp_, ring_;
+  std::vector<int> sizes_;                                                   // the plan's step sizes, each once
+  std::vector<decltype(memory_of(std::declval<const C&>(), 1))> memory_on_;  // memory_of each of them
+  std::vector<std::size_t> size_of_;                                         // step j's index in sizes_
+  std::vector<double> time_;                                                 // by j (L + 1) + k; -1: not yet
 };
 
 /// Parts 2 and 3 of `pipeline_plan` at `p.warmup_depth`: the recompute and flushes memory in
@@ -388,7 +397,12 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
   const double stat = cost.static_memory(), cap = cost.capacity();
   const int L = cost.blocks();
   const std::size_t before = stage0_in_flight(P, p.warmup_depth) - 1;  // steps in flight before a step's forward
-  std::vector<std::deque<std::size_t>> window(static_cast<std::size_t>(p.gpus));  // the unit's last `before` steps
+  // Each unit's steps of the round so far: its window is the last `before` of them.
+  std::vector<std::vector<std::size_t>> placed(static_cast<std::size_t>(p.gpus));
+  auto window = [&](int u) {
+    const auto& list = placed[static_cast<std::size_t>(u)];
+    return std::span<const std::size_t>(list).last(std::min(before, list.size()));
+  };
   // Each step's working set and stored bytes (its memory less the static and the working set), in
   // plan order, the latter kept as recompute changes the memory: the window sums them often.
   std::vector<double> working(p.steps.size()), stored(p.steps.size());
@@ -400,12 +414,12 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
   for (std::size_t j = 0; j < p.steps.size(); ++j) {
     if (p.steps[j].round != round) {
       round = p.steps[j].round;
-      for (auto& w : window) w.clear();
+      for (auto& list : placed) list.clear();
     }
     for (bool fits = false; !fits;) {
       fits = true;
       for (int u = p.steps[j].ranks.first; u < p.steps[j].ranks.end() && fits; ++u) {
-        auto& w = window[static_cast<std::size_t>(u)];
+        const auto w = window(u);
         // The window's stored bytes and the largest of its working sets (one operation runs at a time).
         auto held = [&] {
           double sum = 0, largest = 0;
@@ -413,7 +427,8 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
           sum += stored[j], largest = std::max(largest, working[j]);
           return stat + sum + largest;
         };
-        for (double total = held(); total > cap; total = held()) {
+        double total = held();
+        for (; total > cap; total = held()) {
           // Of the window's micro-batches that can checkpoint more, the one that frees bytes for
           // the fewest added seconds per byte, each at the fewest blocks that make the window fit
           // (all of them where no count does): long sequences recompute attention at a higher
@@ -448,20 +463,17 @@ void fit_and_time(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
           c.memory_bytes = prices.memory(origin[pick], pick_k);
           stored[pick] = c.memory_bytes - stat - working[pick];
         }
-        if (held() > cap && !w.empty()) {
+        if (total > cap && !w.empty()) {
           // Nothing left to checkpoint: flush the pipeline before this step (alone it fits).
           split_round(p, j);
           round = p.steps[j].round;
-          for (auto& w2 : window) w2.clear();
+          for (auto& list : placed) list.clear();
           fits = false;
         }
       }
     }
-    for (int u = p.steps[j].ranks.first; u < p.steps[j].ranks.end(); ++u) {
-      auto& w = window[static_cast<std::size_t>(u)];
-      w.push_back(j);
-      if (w.size() > before) w.pop_front();
-    }
+    for (int u = p.steps[j].ranks.first; u < p.steps[j].ranks.end(); ++u)
+      placed[static_cast<std::size_t>(u)].push_back(j);
   }
 
   // 3. Time, with a flush wherever the orders deadlock.
@@ -534,12 +546,13 @@ void fit_at_depth(plan& p, const C& cost, step_prices<C>& prices, std::span<cons
 }  // namespace detail
 
 /// The pipeline plan of `p` (the file comment's parts); `p` is sorted by (round, start, first
-/// unit) and its steps priced on `cost` and fitting its capacity alone.
+/// unit) and its steps priced on `cost` and fitting its capacity alone. `loads`, where given (one
+/// per step), are the steps' loads, so they are not priced again from their sequences.
 template <pipeline_cost_model C>
-void pipeline_plan(plan& p, const C& cost, pipeline_order order) {
+void pipeline_plan(plan& p, const C& cost, pipeline_order order, std::span<const typename C::load_type> loads = {}) {
   const int P = cost.layout().pp;
   if (P <= 1 || p.steps.empty()) return;
-  detail::step_prices<C> prices(cost, p);
+  detail::step_prices<C> prices(cost, p, loads);
   if (order == pipeline_order::short_ends) {
     // The orders are tried on the steps without their sequences (copied with every candidate, and
     // unchanged by parts 2-4); the sequences go back to the kept one's steps.

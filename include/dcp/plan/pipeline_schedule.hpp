@@ -149,22 +149,25 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
            std::to_string(stages) + " stages; give one per step, and at least one stage";
   });
   const std::size_t P = static_cast<std::size_t>(stages);
-  pipeline_timeline out;
-  out.stages = stages;
-  out.forward.assign(n * P, {});
-  out.backward.assign(n * P, {});
-  // Operation o = (step j, stage s, backward d): index (j P + s) 2 + d.
+  // Operation o = (step j, stage s, backward d) at index (j P + s) 2 + d, so a step's operations
+  // lie together. Until it runs, an operation's span holds when its input arrived (start, -1
+  // while it has not) and -1 as its end; `arrived` counts the member units that have reached it.
   auto op = [P](std::size_t j, std::size_t s, int d) { return (j * P + s) * 2 + static_cast<std::size_t>(d); };
-  // Per operation, together (the schedule visits them out of order): when its input arrived,
-  // how many member units have reached it, whether its input has arrived and whether it ran.
-  struct op_state {
-    double input_at = 0;
-    int arrived = 0;
-    bool input = false, done = false;
+  std::vector<stage_span> span(n * P * 2, stage_span{-1, -1});
+  std::vector<int> arrived(n * P * 2, 0);
+  // What the schedule reads of each step, together and apart from the rest of the plan's steps.
+  struct step_data {
+    double forward_s, backward_s, transfer_s;
+    rank_block ranks;
   };
-  std::vector<op_state> state(n * P * 2);
-  std::vector<rank_block> block(n);  // the steps' units, apart from the rest of the plan's steps
-  for (std::size_t j = 0; j < n; ++j) block[j] = p.steps[j].ranks;
+  std::vector<step_data> step(n);
+  for (std::size_t j = 0; j < n; ++j)
+    step[j] = {times[j].forward_s, times[j].backward_s, times[j].transfer_s, p.steps[j].ranks};
+  // An operation ready to run: its index, step and stage (kept, not divided out of the index).
+  struct ready_op {
+    std::size_t o, j, s;
+  };
+  std::vector<ready_op> ready;
   double barrier = 0;
   for (const auto& entry : detail::unit_lists(p)) {
     const int round = entry.first;
@@ -176,76 +179,75 @@ inline pipeline_timeline schedule_pipeline(const plan& p, std::span<const pipeli
     for (std::size_t s = 0; s < P; ++s)
       for (std::size_t u = 0; u < units; ++u)
         warm[s * units + u] = detail::warmup_forwards(lists[u].size(), static_cast<int>(s), stages, p.warmup_depth);
-    // An operation ready to run: its index, step and stage (kept, not divided out of the index).
-    struct ready_op {
-      std::size_t o, j, s;
-    };
-    std::vector<ready_op> ready;
-    auto arrive = [&](std::size_t j, std::size_t s, int d) {
-      const std::size_t o = op(j, s, d);
-      if (++state[o].arrived == block[j].size && state[o].input) ready.push_back({o, j, s});
-    };
     // Unit u's operation t on stage s arrives there.
     auto next_of = [&](std::size_t s, std::size_t u, std::size_t t) {
       const pipeline_op x = detail::one_f_one_b_at(lists[u], warm[s * units + u], t);
-      arrive(x.step, s, x.backward ? 1 : 0);
+      const std::size_t o = op(x.step, s, x.backward ? 1 : 0);
+      if (++arrived[o] == step[x.step].ranks.size && span[o].start_s >= 0) ready.push_back({o, x.step, s});
     };
     auto feed = [&](std::size_t j, std::size_t s, int d, double when) {
       const std::size_t o = op(j, s, d);
-      state[o].input = true, state[o].input_at = when;
-      if (state[o].arrived == block[j].size) ready.push_back({o, j, s});
+      span[o].start_s = when;
+      if (arrived[o] == step[j].ranks.size) ready.push_back({o, j, s});
     };
-    // The round's steps, each once: its first forward's input is there at the barrier.
-    std::vector<std::size_t> steps;
-    for (const auto& list : lists) steps.insert(steps.end(), list.begin(), list.end());
-    std::sort(steps.begin(), steps.end());
-    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-    for (std::size_t j : steps) feed(j, 0, 0, barrier);
+    // The round's steps, each once (the first unit of it feeds it): its first forward's input is
+    // there at the barrier.
+    std::size_t round_steps = 0;
+    for (const auto& list : lists)
+      for (std::size_t j : list)
+        if (span[op(j, 0, 0)].start_s < 0) ++round_steps, feed(j, 0, 0, barrier);
     for (std::size_t s = 0; s < P; ++s)
       for (std::size_t u = 0; u < units; ++u)
         if (!lists[u].empty()) next_of(s, u, 0);
     std::size_t ran = 0;
-    const std::size_t expected = 2 * P * steps.size();
+    const std::size_t expected = 2 * P * round_steps;
     double round_end = barrier;
     while (!ready.empty()) {
       const auto [o, j, s] = ready.back();
       ready.pop_back();
       const int d = static_cast<int>(o % 2);
-      const rank_block b = block[j];
-      double start = state[o].input_at;
-      for (int u = b.first; u < b.end(); ++u) start = std::max(start, free[s * units + static_cast<std::size_t>(u)]);
-      const double end = start + (d == 0 ? times[j].forward_s : times[j].backward_s);
-      (d == 0 ? out.forward : out.backward)[j * P + s] = {start, end};
-      state[o].done = true, ++ran;
+      const step_data& q = step[j];
+      stage_span& x = span[o];
+      for (int u = q.ranks.first; u < q.ranks.end(); ++u)
+        x.start_s = std::max(x.start_s, free[s * units + static_cast<std::size_t>(u)]);
+      x.end_s = x.start_s + (d == 0 ? q.forward_s : q.backward_s);
+      const double end = x.end_s;
+      ++ran;
       round_end = std::max(round_end, end);
-      for (int u = b.first; u < b.end(); ++u) {
+      for (int u = q.ranks.first; u < q.ranks.end(); ++u) {
         const auto uu = static_cast<std::size_t>(u);
         const std::size_t i = s * units + uu;
         free[i] = end;
         if (++at[i] < 2 * lists[uu].size()) next_of(s, uu, at[i]);
       }
-      const double x = times[j].transfer_s;
       if (d == 0)
-        s + 1 < P ? feed(j, s + 1, 0, end + x) : feed(j, s, 1, end);
+        s + 1 < P ? feed(j, s + 1, 0, end + q.transfer_s) : feed(j, s, 1, end);
       else if (s > 0)
-        feed(j, s - 1, 1, end + x);
+        feed(j, s - 1, 1, end + q.transfer_s);
     }
     if (ran != expected) {
       std::size_t first = n;
-      for (std::size_t j : steps)
-        if (!state[op(j, 0, 1)].done) first = std::min(first, j);
-      if (stuck) {
-        stuck->first_stuck = first;
-        out.makespan_s = 0;
-        return out;
-      }
-      throw error(errc::invalid_argument,
-                  "the plan's pipeline schedule deadlocks in round " + std::to_string(round) + " at step " +
-                      std::to_string(first) +
-                      ": two units reach steps they share in different 1F1B orders; order each unit's steps "
-                      "alike, or start a new round");
+      for (const auto& list : lists)
+        for (std::size_t j : list)
+          if (span[op(j, 0, 1)].end_s < 0) first = std::min(first, j);
+      if (!stuck)
+        throw error(errc::invalid_argument,
+                    "the plan's pipeline schedule deadlocks in round " + std::to_string(round) + " at step " +
+                        std::to_string(first) +
+                        ": two units reach steps they share in different 1F1B orders; order each unit's steps "
+                        "alike, or start a new round");
+      stuck->first_stuck = first;
+      barrier = 0;
+      break;
     }
     barrier = round_end;
+  }
+  pipeline_timeline out;
+  out.stages = stages;
+  out.forward.reserve(n * P), out.backward.reserve(n * P);
+  for (std::size_t o = 0; o < span.size(); o += 2) {  // what never ran (after a deadlock) stays {0, 0}
+    out.forward.push_back(span[o].end_s < 0 ? stage_span{} : span[o]);
+    out.backward.push_back(span[o + 1].end_s < 0 ? stage_span{} : span[o + 1]);
   }
   out.makespan_s = barrier;
   return out;

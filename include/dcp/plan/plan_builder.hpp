@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <span>
 #include <string>
 #include <utility>
@@ -59,20 +60,16 @@ class plan_builder {
   }
   /// `make_step` run with ring `ring` (a `legal_ring` of b.size).
   plan_step make_step(std::span<const sequence> seqs, rank_block b, int k, int ring) const {
-    plan_step st;
-    st.ranks = b;
-    st.checkpointed_blocks = k;
-    st.ring = ring;
     typename C::load_type load{};
-    st.sequences.reserve(seqs.size());
-    for (const auto& s : seqs) {
-      load = load + cost_.load_of(s);
-      st.sequences.push_back({s.id, cost_.tokens_of(s), s.frames, s.spatial, 0.0});
-    }
-    st.time_s = time_with_ring(cost_, load, b.size, k, ring);
-    if (!plan_.speeds.empty()) st.time_s /= speed_of(b);
-    st.memory_bytes = cost_.memory(load, b.size, k);
-    return st;
+    return make_step(seqs, b, k, ring, load);
+  }
+  /// `make_step` with ring `ring`, then `place`: the builder keeps the step's load, which a
+  /// pipeline plan (pp > 1) would otherwise price again from its sequences.
+  double place_new(std::span<const sequence> seqs, rank_block b, int k, int ring, double not_before = 0) {
+    typename C::load_type load{};
+    plan_step st = make_step(seqs, b, k, ring, load);
+    if (layout().pp > 1 && loads_.size() == plan_.steps.size()) loads_.push_back(load);  // while every step has one
+    return place(std::move(st), not_before);
   }
 
   /// A global barrier: steps placed from now on belong to the next round and start only after
@@ -113,17 +110,30 @@ class plan_builder {
   /// `finish` with the batch's bounds already known (a planner that builds several candidate
   /// plans of one batch computes them once).
   plan finish(const batch_bounds& bounds, loss_normalization norm) && {
-    std::sort(plan_.steps.begin(), plan_.steps.end(), [](const plan_step& a, const plan_step& b) {
+    // Sorted through their indices (the same comparisons, so the same order), the loads with them.
+    std::vector<std::size_t> order(plan_.steps.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+      const plan_step &a = plan_.steps[x], &b = plan_.steps[y];
       if (a.round != b.round) return a.round < b.round;
       return a.start_s != b.start_s ? a.start_s < b.start_s : a.ranks.first < b.ranks.first;
     });
+    if (loads_.size() != plan_.steps.size()) loads_.clear();  // some step came without its load
+    std::vector<plan_step> steps;
+    std::vector<typename C::load_type> loads;
+    steps.reserve(order.size()), loads.reserve(loads_.size());
+    for (std::size_t j : order) {
+      steps.push_back(std::move(plan_.steps[j]));
+      if (!loads_.empty()) loads.push_back(loads_[j]);
+    }
+    plan_.steps = std::move(steps), loads_ = std::move(loads);
     std::sort(plan_.skipped.begin(), plan_.skipped.end(),
               [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     const int stages = cost_.layout().pp;
     plan_.makespan_s = 0;
     if (stages > 1) {
       if constexpr (pipeline_cost_model<C>)
-        pipeline_plan(plan_, cost_, order_);
+        pipeline_plan(plan_, cost_, order_, loads_);
       else
         throw error(errc::invalid_argument, "the layout has pp = " + std::to_string(stages) +
                                                 " pipeline stages, but its cost model prices no stage transfer; "
@@ -145,6 +155,24 @@ class plan_builder {
   double barrier_s_ = 0;
   pipeline_order order_ = pipeline_order::as_placed;
   plan plan_;
+  std::vector<typename C::load_type> loads_;  // of steps 0, 1, ... while each came by `place_new`
+
+  plan_step make_step(std::span<const sequence> seqs, rank_block b, int k, int ring,
+                      typename C::load_type& load) const {
+    plan_step st;
+    st.ranks = b;
+    st.checkpointed_blocks = k;
+    st.ring = ring;
+    st.sequences.reserve(seqs.size());
+    for (const auto& s : seqs) {
+      load = load + cost_.load_of(s);
+      st.sequences.push_back({s.id, cost_.tokens_of(s), s.frames, s.spatial, 0.0});
+    }
+    st.time_s = time_with_ring(cost_, load, b.size, k, ring);
+    if (!plan_.speeds.empty()) st.time_s /= speed_of(b);
+    st.memory_bytes = cost_.memory(load, b.size, k);
+    return st;
+  }
 };
 
 }  // namespace dcp
