@@ -354,7 +354,7 @@ constexpr bool legal_ring(const C& c, int sp, int r) noexcept {
 
 /// Calls `f(r)` for every `legal_ring` r of a step on `sp` units: `step_ring_of(c, sp)`, then
 /// each wider power of two up to `widest_ring_of(c, sp)` while it divides sp.
-template <class C, class F>
+template <cost_model C, std::invocable<int> F>
 constexpr void for_each_legal_ring(const C& c, int sp, F&& f) {
   const int first = step_ring_of(c, sp);
   f(first);
