@@ -85,7 +85,8 @@ dcp::plan check_laws(const P& planner, const scenario& s, const char* what) {
   auto reversed = s.batch;
   std::reverse(reversed.begin(), reversed.end());
   EXPECT_EQ(p.hash(), planner.plan(s.cost, std::span<const sequence>(reversed)).hash()) << what << ": order matters";
-  for (const auto& st : p.steps) EXPECT_EQ(st.checkpointed_blocks, s.cost.blocks()) << what << ": not fully checkpointed";
+  for (const auto& st : p.steps)
+    EXPECT_EQ(st.checkpointed_blocks, planner.recompute_level.of(s.cost)) << what << ": not the planner's uniform recompute level";
   return p;
 }
 
@@ -132,7 +133,7 @@ TEST(Baselines, PackedKeepsThePlanLawsOnRandomBatches) {
     const auto tuned = dcp::tune(dcp::packed_planner{}, s.cost, s.batch);
     const dcp::plan p = check_laws(tuned, s, "packed");
     check_synchronised(p, tuned.sp, s.cost.gpus());
-    const std::int64_t cap = dcp::step_token_capacity(s.cost, tuned.sp, s.cost.blocks());
+    const std::int64_t cap = dcp::static_token_capacity(s.cost, tuned.sp, tuned.recompute_level.of(s.cost));
     for (const auto& st : p.steps) {
       std::int64_t tokens = 0;
       for (const auto& q : st.sequences) tokens += q.tokens;
@@ -272,10 +273,12 @@ TEST(Baselines, DynamicCpTuningIsDeterministicAndOrderIndependent) {
   dcp::xoshiro256ss g(9);
   dcp::fisher_yates(std::span<sequence>(shuffled), g);
   EXPECT_EQ(tuned.max_tokens_per_rank, dcp::tune(dcp::dynamic_cp_planner{}, cost, shuffled).max_tokens_per_rank);
-  const auto candidates = dcp::dynamic_cp_limit_candidates(cost);
+  const int k = tuned.recompute_level.of(cost);
+  const auto candidates = dcp::dynamic_cp_limit_candidates(cost, k);
   ASSERT_EQ(candidates.size(), dcp::fill_candidates.size());
   EXPECT_NE(std::find(candidates.begin(), candidates.end(), tuned.max_tokens_per_rank), candidates.end());
-  // The chosen limit is the fastest candidate over the tuning epoch.
+  // The chosen pair is the fastest candidate over the tuning epoch, every block checkpointed
+  // among them.
   const auto batches = dcp::tuning_batches(cost, std::span<const sequence>(data), 0, 0);
   auto epoch_seconds = [&](const dcp::dynamic_cp_planner& p) {
     double t = 0;
@@ -283,12 +286,21 @@ TEST(Baselines, DynamicCpTuningIsDeterministicAndOrderIndependent) {
     return t;
   };
   const double best = epoch_seconds(tuned);
-  for (auto limit : candidates) {
-    auto p = tuned;
-    p.max_tokens_per_rank = limit;
-    EXPECT_LE(best, epoch_seconds(p) * (1 + 1e-12)) << "limit " << limit << " is faster";
-  }
+  const auto levels = dcp::recompute_candidates(cost, std::span<const sequence>(data), 16, {});
+  ASSERT_EQ(levels.front(), cost.blocks()) << "tuning includes the all-checkpointed setting";
+  EXPECT_NE(std::find(levels.begin(), levels.end(), k), levels.end());
+  for (int level : levels)
+    for (auto limit : dcp::dynamic_cp_limit_candidates(cost, level)) {
+      auto p = tuned;
+      p.recompute_level.blocks = level;
+      p.max_tokens_per_rank = limit;
+      if (!p.holds_all(dcp::planning_context{cost, dcp::full_recompute{}, dcp::default_groups(cost)},
+                       std::span<const sequence>(data)))
+        continue;
+      EXPECT_LE(best, epoch_seconds(p) * (1 + 1e-12)) << "limit " << limit << " at " << level << " blocks is faster";
+    }
   EXPECT_NE(tuned.tuned_setting(cost).find(std::to_string(tuned.max_tokens_per_rank)), std::string::npos);
+  EXPECT_NE(tuned.tuned_setting(cost).find("recompute " + std::to_string(k) + "/"), std::string::npos);
 }
 
 TEST(Baselines, DynamicCpRejectsBadKnobs) {
@@ -344,28 +356,39 @@ TEST(Baselines, TuningPicksTheFastestFeasibleSp) {
 
   const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, data);
   const auto packed = dcp::tune(dcp::packed_planner{}, cost, data);
-  for (int sp : {bucket.sp, packed.sp}) {
+  for (const auto* r : {&bucket.recompute_level, &packed.recompute_level}) EXPECT_TRUE(r->tune) << "tuning keeps the knob";
+  for (auto [sp, k] : {std::pair{bucket.sp, bucket.recompute_level.of(cost)}, std::pair{packed.sp, packed.recompute_level.of(cost)}}) {
     EXPECT_NE(std::find(candidates.begin(), candidates.end(), sp), candidates.end());
-    for (const auto& s : data) EXPECT_TRUE(dcp::fits_checkpointed(cost, s, sp));
+    for (const auto& s : data) EXPECT_TRUE(dcp::fits_static(cost, s, sp, k));
   }
-  // The chosen sp is the fastest of the candidates over the epoch.
+  // The chosen (sp, k, fill) is the fastest of the candidates over the epoch; the levels tried
+  // include every block checkpointed (the old setting) and the least that fits.
   auto epoch_seconds = [&](const auto& planner) {
     double t = 0;
     for (const auto& b : batches) t += planner.plan(cost, std::span<const sequence>(b)).makespan_s;
     return t;
   };
   for (int sp : candidates) {
-    for (double fill : dcp::fill_candidates) {
-      auto b = bucket;
-      b.sp = sp;
-      b.fill = fill;
-      b.median_bucket_time_s = b.median_time(cost, data, sp);
-      EXPECT_LE(epoch_seconds(bucket), epoch_seconds(b) * (1 + 1e-12)) << "bucket sp " << sp << " fill " << fill << " is faster";
-      auto p = packed;
-      p.sp = sp;
-      p.fill = fill;
-      EXPECT_LE(epoch_seconds(packed), epoch_seconds(p) * (1 + 1e-12)) << "packed sp " << sp << " fill " << fill << " is faster";
-    }
+    const auto levels = dcp::recompute_candidates(cost, std::span<const sequence>(data), sp, {});
+    ASSERT_FALSE(levels.empty());
+    EXPECT_EQ(levels.front(), cost.blocks());
+    EXPECT_EQ(levels.back(), dcp::least_uniform_recompute(cost, std::span<const sequence>(data), sp));
+    for (int k : levels)
+      for (double fill : dcp::fill_candidates) {
+        auto b = bucket;
+        b.sp = sp;
+        b.fill = fill;
+        b.recompute_level.blocks = k;
+        b.median_bucket_time_s = b.median_time(cost, data, sp);
+        EXPECT_LE(epoch_seconds(bucket), epoch_seconds(b) * (1 + 1e-12))
+            << "bucket sp " << sp << " k " << k << " fill " << fill << " is faster";
+        auto p = packed;
+        p.sp = sp;
+        p.fill = fill;
+        p.recompute_level.blocks = k;
+        EXPECT_LE(epoch_seconds(packed), epoch_seconds(p) * (1 + 1e-12))
+            << "packed sp " << sp << " k " << k << " fill " << fill << " is faster";
+      }
   }
   EXPECT_EQ(bucket.keys, dcp::bucket_keys::shape);  // video data: one bucket per shape
   EXPECT_GT(bucket.median_bucket_time_s, 0);
@@ -499,10 +522,17 @@ TEST(Baselines, PlannersArePrintableRegularValues) {
   std::ostringstream os;
   os << b << dcp::packed_planner{} << dcp::dynamic_cp_planner{};
   EXPECT_NE(os.str().find("bucket_planner{sp=4"), std::string::npos);
-  EXPECT_NE(os.str().find("dynamic_cp_planner{max_tokens_per_rank=0, min_cp_size=1, pad_sequences=false"), std::string::npos);
+  EXPECT_NE(os.str().find("dynamic_cp_planner{max_tokens_per_rank=0, recompute_level=uniform_recompute{blocks=-1, "
+                          "tune=true}, min_cp_size=1, pad_sequences=false"),
+            std::string::npos);
+  EXPECT_NE(os.str().find("packed_planner{sp=0, fill=1, recompute_level=uniform_recompute{blocks=-1, tune=true}"),
+            std::string::npos);
   dcp::dynamic_cp_planner d;
   d.max_tokens_per_rank = 1000;
   EXPECT_NE(d, dcp::dynamic_cp_planner{});
+  dcp::packed_planner q;
+  q.recompute_level.blocks = 3;
+  EXPECT_NE(q, dcp::packed_planner{});
   EXPECT_EQ(dcp::bucket_planner{}.name(), "bucket");
   EXPECT_EQ(dcp::packed_planner{}.name(), "packed");
   EXPECT_EQ(dcp::dynamic_cp_planner{}.name(), "dynamic_cp");

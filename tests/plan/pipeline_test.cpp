@@ -627,8 +627,9 @@ TEST(PipelinePlans, NoOrderOrWarmupDepthBeatsTheBoundAroundALongPath) {
   // forwards precede the path on stage 0, and which the last stage finishes before the path
   // arrives) against the work behind it (whose backwards follow the path back on stage 0). Every
   // planner's plan, its steps shuffled within each round (one order for all units, so shared
-  // steps cannot deadlock) and timed at warmup depths 1 to 4, stays above it: orders the planners
-  // never choose, with any share of the work ahead.
+  // steps cannot deadlock at 1F1B; a deeper warmup that deadlocks is skipped: nothing runs it) and
+  // timed at warmup depths 1 to 4, stays above it: orders the planners never choose, with any
+  // share of the work ahead.
   dcp_test::rng r(0x0a7e);
   int raised = 0;  // trials where the term is above the long path and the busy floor
   for (int trial = 0; trial < 6; ++trial) {
@@ -650,7 +651,9 @@ TEST(PipelinePlans, NoOrderOrWarmupDepthBeatsTheBoundAroundALongPath) {
         for (int depth = 1; depth <= 4; ++depth) {
           q.warmup_depth = depth;
           if (!fits_in_flight(q, cost, pp)) continue;  // no plan runs it: the bound counts memory
-          const double makespan = dcp::schedule_pipeline(q, times, pp).makespan_s;
+          dcp::pipeline_deadlock stuck{q.steps.size()};
+          const double makespan = dcp::schedule_pipeline(q, times, pp, &stuck).makespan_s;
+          if (stuck.first_stuck != q.steps.size()) continue;  // deeper than 1F1B a shuffle can deadlock: no plan runs it
           EXPECT_GE(makespan, one.around_s * (1 - 1e-12)) << p.method << ", shuffle " << shuffle << ", depth " << depth;
         }
       }

@@ -485,25 +485,59 @@ TEST(Report, TableAndJsonHaveEveryMethod) {
             (std::set<std::string>{"workload", "model", "device", "gpus", "sequences", "tokens", "groups", "methods"}));
   ASSERT_EQ(j["methods"].size(), 2u);
   EXPECT_EQ(keys(j["methods"][0]),
-            (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_bucket", "efficiency", "simple_efficiency",
+            (std::set<std::string>{"method", "tokens_per_s", "speedup_vs_best_baseline", "speedup_vs_bucket",
+                                   "efficiency", "simple_efficiency",
                                    "imbalance", "bubble", "peak_memory_bytes", "plan_seconds", "skipped", "oom_steps",
                                    "communicators_per_rank", "communicator_bytes_per_rank", "update_s"}));
   EXPECT_EQ(j["methods"][0]["method"], "dcp");
   EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_bucket"].get<double>(), (100.0 / 1) / (200.0 / 3));
   EXPECT_DOUBLE_EQ(j["methods"][1]["speedup_vs_bucket"].get<double>(), 1.0);
+  // The only tuned baseline is the strongest.
+  EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_best_baseline"].get<double>(), (100.0 / 1) / (200.0 / 3));
   EXPECT_EQ(j["methods"][0]["skipped"], 1);
 
   std::ostringstream os;
   dcp::sim::print_table(os, h, rows);
   const std::string text = os.str();
-  for (const char* col : {"tokens/s", "vs bucket", "efficiency", "vs simple", "imbalance", "peak memory", "plan time", "skipped"})
+  for (const char* col : {"tokens/s", "vs baseline", "efficiency", "vs simple", "imbalance", "peak memory", "plan time", "skipped"})
     EXPECT_NE(text.find(col), std::string::npos) << col;
   EXPECT_NE(text.find("1.50x"), std::string::npos) << text;
   EXPECT_NE(text.find("1.00x"), std::string::npos) << text;
+  EXPECT_NE(text.find("strongest tuned baseline, bucket"), std::string::npos) << text;
 
-  // Without a bucket row the speedup is unknown: null in JSON, '-' in the table.
+  // Without a baseline row the speedup is unknown: null in JSON, '-' in the table.
   const std::vector<dcp::sim::run_metrics> alone{fast};
   EXPECT_TRUE(dcp::sim::table_json(h, alone)["methods"][0]["speedup_vs_bucket"].is_null());
+  EXPECT_TRUE(dcp::sim::table_json(h, alone)["methods"][0]["speedup_vs_best_baseline"].is_null());
+
+  // The strongest tuned baseline is the fastest of bucket, packed and dynamic_cp; an
+  // all-checkpointed row never is, however fast.
+  dcp::sim::run_metrics packed = fast, old = fast;
+  packed.method = "packed";
+  packed.tokens_per_s = 80;
+  old.method = "packed-ckpt-all";
+  old.tokens_per_s = 1000;
+  const std::vector<dcp::sim::run_metrics> many{fast, bucket, packed, old};
+  ASSERT_NE(dcp::sim::strongest_baseline(many), nullptr);
+  EXPECT_EQ(dcp::sim::strongest_baseline(many)->method, "packed");
+  EXPECT_DOUBLE_EQ(dcp::sim::speedup_vs_best_baseline(fast, many), fast.tokens_per_s / 80);
+}
+
+// Every baseline tunes its recompute level; the -ckpt-all rows keep every block checkpointed and
+// are never faster than the tuned rows on their tuning epoch (tuning includes that setting).
+TEST(Methods, BaselinesTuneTheirRecomputeLevel) {
+  const small_run run;
+  dcp::sim::method_settings settings;
+  const auto epoch = dcp::tuning_batches(run.cost, std::span<const sequence>(run.data), 0, settings.seed);
+  for (std::string base : {"bucket", "packed", "dynamic_cp"}) {
+    const auto tuned = dcp::sim::run_method(base, run.cost, run.data, epoch, settings);
+    const auto all = dcp::sim::run_method(base + "-ckpt-all", run.cost, run.data, epoch, settings);
+    EXPECT_EQ(all.metrics.method, base + "-ckpt-all");
+    EXPECT_NE(tuned.metrics.tuned.find("recompute "), std::string::npos) << tuned.metrics.tuned;
+    const std::string every = "recompute " + std::to_string(run.cost.blocks()) + "/" + std::to_string(run.cost.blocks());
+    EXPECT_NE(all.metrics.tuned.find(every), std::string::npos) << all.metrics.tuned;
+    EXPECT_GE(tuned.metrics.tokens_per_s, all.metrics.tokens_per_s * (1 - 1e-12)) << base;
+  }
 }
 
 }  // namespace

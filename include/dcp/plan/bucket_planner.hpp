@@ -3,10 +3,11 @@
 /// `bucket_planner`: Open-Sora's bucket parallel, the static baseline of DESIGN section 3
 /// ("Baselines"), given the most favourable settings a user of it would pick.
 ///
-/// - One sp for the whole run, tuned on the workload (`dcp::tune`, `<dcp/workload/tuning.hpp>`):
-///   among the legal sp values on which the longest sequence fits with all blocks checkpointed,
-///   the one whose simulated epoch is the fastest. Every step checkpoints all L blocks (Open-Sora
-///   trains with full checkpointing).
+/// - One sp and one recompute level for the whole run (`recompute_level`: k checkpointed blocks in
+///   every step; Open-Sora's `grad_checkpoint` switch, and the per-layer checkpointing its users
+///   add), tuned together on the workload (`dcp::tune`, `<dcp/workload/tuning.hpp>`): among the
+///   legal (sp, k) on which the longest sequence fits, the pair whose simulated epoch is the
+///   fastest.
 /// - Buckets: the distinct shapes (T, S) for video data, geometric token buckets for 1D text.
 ///   A bucket's batch size bs is the most copies of its representative that fit memory (times a
 ///   `fill` fraction tuned with sp, as a user sizes the bucket table), then
@@ -78,6 +79,7 @@ struct bucket_planner {
 
   int sp = 0;                         ///< the fixed sp; 0 = untuned (`dcp::tune` chooses it)
   double fill = 1.0;                  ///< bs = this fraction of the most copies that fit (tuned)
+  uniform_recompute recompute_level{};      ///< checkpointed blocks of every step (tuned)
   double median_bucket_time_s = 0;    ///< t_median over the dataset's buckets; 0 = from the batch
   bucket_keys keys = bucket_keys::automatic;
   geometric_bucketing token_buckets{};  ///< edges of the 1D token buckets
@@ -122,18 +124,18 @@ struct bucket_planner {
     }
     std::vector<bucket_info> out;
     out.reserve(by_key.size());
-    const int L = cost.blocks();
+    const int k_ckpt = recompute_level.of(cost);
     for (auto& [key, b] : by_key) {
       if (k == bucket_keys::tokens) {
         const sequence edge = make_sequence(0, token_buckets.representative(static_cast<std::size_t>(key.second)));
-        if (edge.shape_tokens() >= b.representative.shape_tokens() && fits_checkpointed(cost, edge, on_sp))
+        if (edge.shape_tokens() >= b.representative.shape_tokens() && fits_static(cost, edge, on_sp, k_ckpt))
           b.representative = edge;
       }
       b.representative.id = 0;
       const auto one = cost.load_of(b.representative);
-      const std::int64_t most = max_copies(cost, one, on_sp, L);
+      const std::int64_t most = max_copies(cost, one, on_sp, k_ckpt);
       b.max_batch = most <= 1 ? most : std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(most) * fill));
-      b.time_s = cost.time(repeated_load<C>(one, std::max<std::int64_t>(b.max_batch, 1)), on_sp, L);
+      b.time_s = cost.time(repeated_load<C>(one, std::max<std::int64_t>(b.max_batch, 1)), on_sp, k_ckpt);
       out.push_back(b);
     }
     return out;
@@ -158,18 +160,23 @@ struct bucket_planner {
     return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(scaled, 1e15)), 1, b.max_batch);
   }
 
-  /// Plans one global batch on the context's blocks of `sp`. Every step checkpoints all blocks,
-  /// as the real system does; the recompute policy is not used.
+  /// "sp 8, fill 0.25, recompute 12/48": the tuned setting, for reports.
+  template <cost_model C>
+  std::string tuned_setting(const C& cost) const {
+    return fixed_sp_setting(cost, sp, fill, recompute_level);
+  }
+
+  /// Plans one global batch on the context's blocks of `sp`. Every step checkpoints
+  /// `recompute_level`'s blocks, as the real system does; the context's recompute policy is not used.
   template <any_planning_context Ctx>
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
-    ctx.validate();
-    token_buckets.validate();
-    return plan_fixed_sp(*this, ctx, batch, [&](std::span<const sequence> seqs) {
-      auto micro = micro_batches(ctx.cost, seqs);
-      xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
-      fisher_yates(std::span<std::vector<sequence>>(micro), g);
-      return micro;
-    });
+    return plan(ctx, batch, nullptr);
+  }
+  /// `plan(ctx, batch)` given the lower bounds of the sequences it plans (a planner that builds
+  /// this plan as one of its candidates has them; the plan carries them as they are).
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds& known) const {
+    return plan(ctx, batch, &known);
   }
   /// On `default_groups(cost)`.
   template <cost_model C, recompute_policy Recompute = full_recompute>
@@ -196,7 +203,7 @@ struct bucket_planner {
       for (const auto& s : list) {
         const auto next = load + cost.load_of(s);
         if (!current.empty() && (static_cast<std::int64_t>(current.size()) >= size ||
-                                 cost.memory(next, sp, cost.blocks()) > cost.capacity())) {
+                                 !fits_static(cost, next, sp, recompute_level.of(cost)))) {
           out.push_back(std::move(current));
           current.clear();
           load = cost.load_of(s);
@@ -212,9 +219,26 @@ struct bucket_planner {
 
   friend bool operator==(const bucket_planner&, const bucket_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const bucket_planner& p) {
-    return os << "bucket_planner{sp=" << p.sp << ", fill=" << p.fill << ", median_bucket_time_s=" << p.median_bucket_time_s
+    return os << "bucket_planner{sp=" << p.sp << ", fill=" << p.fill << ", recompute_level=" << p.recompute_level
+              << ", median_bucket_time_s=" << p.median_bucket_time_s
               << ", keys=" << to_string(p.keys) << ", " << p.token_buckets << ", seed=" << p.seed
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
+  }
+
+ private:
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const {
+    ctx.validate();
+    token_buckets.validate();
+    return plan_fixed_sp(
+        *this, ctx, batch,
+        [&](std::span<const sequence> seqs) {
+          auto micro = micro_batches(ctx.cost, seqs);
+          xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
+          fisher_yates(std::span<std::vector<sequence>>(micro), g);
+          return micro;
+        },
+        known);
   }
 };
 

@@ -28,6 +28,11 @@
 ///    block's shortest step into its others, which checkpoint more blocks, while that shortens
 ///    the block (DESIGN 3.4); the plan planned without that wins where it ends sooner;
 /// 8. loss weights: token mean or sample mean, so summed gradients are the full-batch gradient.
+/// 9. baselines: the plans of the static systems in `baselines` (their knobs tuned on the
+///    workload, `with_baselines`) are built for the batch too, where the plan above does not
+///    already end at the joint lower bound (and without straggler `speeds`), and one that ends sooner and holds every sequence the
+///    plan holds is kept: such a plan (one sp or one token limit, one recompute level) is a
+///    restriction of dcp's, so knowing more never plans worse than a tuned baseline.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
 /// With per-GPU `speeds` (straggler-aware planning), or on a cluster whose nodes run at different
@@ -55,14 +60,18 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/contiguous_groups.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/plan/bucket_planner.hpp>
+#include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/feasibility.hpp>
 #include <dcp/plan/lower_bounds.hpp>
+#include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
@@ -281,6 +290,9 @@ class dcp_planning {
               [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     return best;
   }
+
+  /// The lower bounds of the planned sequences on the context's blocks, after `run`.
+  const batch_bounds& bounds() const noexcept { return bounds_; }
 
   /// The lower bounds of the planned sequences on the blocks `groups` offers (a subset of the
   /// context's sizes), after `run`. Under selective recompute the bounds' options are the items'
@@ -1052,6 +1064,10 @@ class dcp_planning {
 
 }  // namespace detail
 
+/// A static system whose plan of a batch the dcp planner also builds (`dcp_planner::baselines`),
+/// with its knobs tuned on the workload.
+using static_baseline = std::variant<packed_planner, dynamic_cp_planner, bucket_planner>;
+
 /// The DCP planner. A regular value; knobs are data members.
 struct dcp_planner {
   using policy_concept = planner_tag;
@@ -1063,6 +1079,9 @@ struct dcp_planner {
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
   pipeline_knobs pipeline;  ///< micro-batch shape under pp > 1; `dcp::tune` chooses a workload's
+  /// Static systems, tuned on the workload, whose plan of each batch is a candidate (step 9 of the
+  /// file comment; `with_baselines` in `<dcp/workload/tuning.hpp>` fills it); empty: none.
+  std::vector<static_baseline> baselines;
 
   std::string name() const {
     if (!inter && !intra) return "dcp-no-inter-no-intra";
@@ -1104,6 +1123,7 @@ struct dcp_planner {
         }
       }
     }
+    keep_sooner_baseline(best, ctx, batch, planning.bounds());
     return best;
   }
   /// On `default_groups(cost)`.
@@ -1124,9 +1144,44 @@ struct dcp_planner {
 
   friend bool operator==(const dcp_planner&, const dcp_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const dcp_planner& p) {
-    return os << "dcp_planner{inter=" << p.inter << ", intra=" << p.intra << ", improve_moves=" << p.improve_moves
-              << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << ", speeds=" << p.speeds.size()
-              << " factors, pipeline=" << p.pipeline << "}";
+    os << "dcp_planner{inter=" << p.inter << ", intra=" << p.intra << ", improve_moves=" << p.improve_moves
+       << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << ", speeds=" << p.speeds.size()
+       << " factors, pipeline=" << p.pipeline << ", baselines={";
+    for (std::size_t i = 0; i < p.baselines.size(); ++i)
+      std::visit([&](const auto& b) { os << (i == 0 ? "" : ", ") << b; }, p.baselines[i]);
+    return os << "}}";
+  }
+
+ private:
+  // Step 9: each baseline's plan of the batch replaces `best` where it ends sooner and skips no
+  // more sequences (so exactly the ones dcp skips: those no configuration holds); it is named as
+  // dcp's and carries dcp's bounds of those sequences (`bounds`, handed to the baseline so it
+  // does not price them again) and skip reasons. A plan at its joint bound cannot be beaten, so
+  // none is built then. The baseline plans with dcp's loss normalisation, skipping what it cannot
+  // hold, so that a sequence it does not hold rules it out, not the batch.
+  template <any_planning_context Ctx>
+  void keep_sooner_baseline(dcp::plan& best, const Ctx& ctx, std::span<const sequence> batch,
+                            const batch_bounds& bounds) const {
+    // With straggler factors a baseline's steps would be timed without them: not comparable.
+    if (baselines.empty() || !speeds.empty() || best.makespan_s <= best.bound_s() * (1 + 1e-12)) return;
+    for (const auto& b : baselines) {
+      dcp::plan p;
+      try {
+        p = std::visit(
+            [&](auto q) {
+              q.loss = loss;
+              q.on_infeasible = infeasible_policy::skip;
+              return q.plan(ctx, batch, bounds);
+            },
+            b);
+      } catch (const error&) {
+        continue;  // a baseline that cannot plan this batch here (a block its groups need is not offered)
+      }
+      if (p.skipped.size() != best.skipped.size() || !(p.makespan_s < best.makespan_s * (1 - 1e-12))) continue;
+      p.method = best.method;
+      p.skipped = std::move(best.skipped);
+      best = std::move(p);
+    }
   }
 };
 

@@ -23,14 +23,16 @@
 ///   all its members are free (the CP collectives), and the gradient sync ends the batch. Groups
 ///   of a micro-batch go on the group manager's blocks, widest first, each on the first block in
 ///   the manager's order whose ranks are still free (consecutive aligned blocks for
-///   `buddy_groups`). Every step checkpoints every block; steps are priced on the true cost model.
+///   `buddy_groups`). Every step checkpoints `recompute_level`'s blocks (Megatron's
+///   `--recompute-num-layers`, tuned with the limit); steps are priced on the true cost model.
 /// - `pad_sequences` pads every length the scheduler sees to a multiple of 2 x N (the DPxCP
 ///   domain), as Megatron's THD datasets do under dynamic CP; a step is still priced on its real
 ///   tokens (a plan carries no pad tokens).
 ///
-/// The limit is tuned as Megatron's users tune it (`dcp::tune`, `<dcp/workload/tuning.hpp>`):
-/// each fraction of x_max in `fill_candidates` (the memory maximum divided by 1, 2, ..., 32) is
-/// simulated on the workload and the fastest wins. An untuned planner
+/// The limit and the recompute level are tuned as Megatron's users tune them (`dcp::tune`,
+/// `<dcp/workload/tuning.hpp>`): at each recompute level, each fraction of x_max in
+/// `fill_candidates` (the memory maximum at that level divided by 1, 2, ..., 32) is simulated on
+/// the workload and the fastest pair wins. An untuned planner
 /// (`max_tokens_per_rank == 0`) is a `dcp::error` naming `dcp::tune`: it never tunes itself.
 
 #include <algorithm>
@@ -66,6 +68,7 @@ struct dynamic_cp_planner {
   std::int64_t max_tokens_per_rank = 0;  ///< per-rank token limit; 0 = untuned (`dcp::tune` chooses it)
   int min_cp_size = 1;                   ///< the smallest CP size any sequence gets
   bool pad_sequences = false;            ///< schedule lengths padded to a multiple of 2 x N
+  uniform_recompute recompute_level{};         ///< checkpointed blocks of every step (tuned with the limit)
 
   /// Megatron's workload cap over the opening sequence's length x the limit.
   static constexpr double workload_cap_slack = 0.05;
@@ -92,11 +95,13 @@ struct dynamic_cp_planner {
   template <cost_model C>
   void validate(const C& cost) const {
     if constexpr (requires { cost.validate(); }) cost.validate();
-    const auto x_max = static_cast<std::int64_t>(max_tokens_per_gpu(cost));
+    recompute_level.validate(cost);
+    const int k = recompute_level.of(cost);
+    const auto x_max = static_cast<std::int64_t>(max_tokens_per_gpu(cost, k));
     check(max_tokens_per_rank >= 0 && max_tokens_per_rank <= x_max, errc::invalid_argument, [&] {
       return "dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) + " must be in [1, " +
-             std::to_string(x_max) +
-             "] (the tokens per GPU that fit with every block checkpointed), or tune it with dcp::tune";
+             std::to_string(x_max) + "] (the tokens per GPU that fit with " + std::to_string(k) + " of " +
+             std::to_string(cost.blocks()) + " blocks checkpointed), or tune it with dcp::tune";
     });
     check(legal_sp(cost, min_cp_size) && std::has_single_bit(static_cast<unsigned>(min_cp_size)),
           errc::invalid_argument, [&] {
@@ -114,21 +119,50 @@ struct dynamic_cp_planner {
     return std::all_of(seqs.begin(), seqs.end(), [&](const sequence& s) { return holds(ctx.cost, s, top); });
   }
 
-  /// "max 36583 tokens per rank (x_max / 8)": the tuned setting, for reports.
+  /// "max 36583 tokens per rank (x_max / 8), recompute 12/48": the tuned setting, for reports
+  /// (x_max at the recompute level).
   template <cost_model C>
   std::string tuned_setting(const C& cost) const {
-    const double ratio = max_tokens_per_gpu(cost) / static_cast<double>(std::max<std::int64_t>(1, max_tokens_per_rank));
+    const int k = recompute_level.of(cost);
+    const double ratio =
+        max_tokens_per_gpu(cost, k) / static_cast<double>(std::max<std::int64_t>(1, max_tokens_per_rank));
     std::string out = "max " + std::to_string(max_tokens_per_rank) + " tokens per rank (x_max / " +
-                      std::to_string(static_cast<long long>(std::llround(ratio))) + ")";
+                      std::to_string(static_cast<long long>(std::llround(ratio))) + "), recompute " +
+                      std::to_string(k) + "/" + std::to_string(cost.blocks());
     if (min_cp_size > 1) out += ", min cp " + std::to_string(min_cp_size);
     if (pad_sequences) out += ", padded to 2N";
     return out;
   }
 
-  /// Plans one global batch on the context's blocks (all blocks checkpointed; the recompute
-  /// policy is not used). CP sizes go up to the widest legal size the group manager offers.
+  /// Plans one global batch on the context's blocks, every step checkpointing `recompute_level`'s blocks
+  /// (the context's recompute policy is not used). CP sizes go up to the widest legal size the group manager offers.
   template <any_planning_context Ctx>
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
+    return plan(ctx, batch, nullptr);
+  }
+  /// `plan(ctx, batch)` given the lower bounds of the sequences it plans (a planner that builds
+  /// this plan as one of its candidates has them; the plan carries them as they are).
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds& known) const {
+    return plan(ctx, batch, &known);
+  }
+  /// On `default_groups(cost)`.
+  template <cost_model C, recompute_policy Recompute = full_recompute>
+  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
+    return plan_on_default_groups(*this, cost, batch, recompute);
+  }
+
+  friend bool operator==(const dynamic_cp_planner&, const dynamic_cp_planner&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const dynamic_cp_planner& p) {
+    return os << "dynamic_cp_planner{max_tokens_per_rank=" << p.max_tokens_per_rank << ", recompute_level=" << p.recompute_level
+              << ", min_cp_size=" << p.min_cp_size
+              << ", pad_sequences=" << (p.pad_sequences ? "true" : "false") << ", loss=" << p.loss
+              << ", on_infeasible=" << p.on_infeasible << "}";
+  }
+
+ private:
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const {
     ctx.validate();
     const auto& cost = ctx.cost;
     validate(cost);
@@ -153,22 +187,10 @@ struct dynamic_cp_planner {
     plan_builder<typename Ctx::cost_type> builder(cost, name());
     builder.skip(std::move(skipped));
     if (!seqs.empty()) place(builder, ctx, seqs);
+    if (known != nullptr) return std::move(builder).finish(*known, loss);
     return std::move(builder).finish(ctx.groups, seqs, loss);
   }
-  /// On `default_groups(cost)`.
-  template <cost_model C, recompute_policy Recompute = full_recompute>
-  dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
-    return plan_on_default_groups(*this, cost, batch, recompute);
-  }
 
-  friend bool operator==(const dynamic_cp_planner&, const dynamic_cp_planner&) = default;
-  friend std::ostream& operator<<(std::ostream& os, const dynamic_cp_planner& p) {
-    return os << "dynamic_cp_planner{max_tokens_per_rank=" << p.max_tokens_per_rank << ", min_cp_size=" << p.min_cp_size
-              << ", pad_sequences=" << (p.pad_sequences ? "true" : "false") << ", loss=" << p.loss
-              << ", on_infeasible=" << p.on_infeasible << "}";
-  }
-
- private:
   // One CP group of a micro-batch: its size, the estimated work and tokens of each member, and
   // its sequences (indices into the sorted batch).
   template <class Load>
@@ -208,7 +230,7 @@ struct dynamic_cp_planner {
     using cp_group = cp_group_of<typename C::load_type>;
     const C& cost = ctx.cost;
     const std::int64_t top = widest(ctx);
-    const int L = cost.blocks();
+    const int k = recompute_level.of(cost);
     std::vector<std::int64_t> len(seqs.size());
     std::vector<typename C::load_type> load(seqs.size());
     std::vector<std::size_t> remaining(seqs.size());
@@ -248,7 +270,7 @@ struct dynamic_cp_planner {
         });
         const rank_block ranks = ctx.groups.block(size, i);
         std::fill(taken.begin() + ranks.first, taken.begin() + ranks.end(), 1);
-        builder.place(builder.make_step(members, ranks, L));
+        builder.place(builder.make_step(members, ranks, k));
       }
     }
   }
@@ -261,11 +283,11 @@ struct dynamic_cp_planner {
                                     const std::vector<typename C::load_type>& load,
                                     std::vector<std::size_t>& remaining) const {
     using cp_group = cp_group_of<typename C::load_type>;
-    const int L = cost.blocks();
+    const int k_ckpt = recompute_level.of(cost);
     const std::int64_t gpus = cost.gpus();
     const auto limit = static_cast<double>(max_tokens_per_rank);
     auto fits = [&](const typename C::load_type& l, std::int64_t cp) {
-      return cost.memory(l, static_cast<int>(cp), L) <= cost.capacity();
+      return fits_static(cost, l, static_cast<int>(cp), k_ckpt);
     };
     std::vector<cp_group> groups;
     // Groups of each CP size (by log2), oldest first.

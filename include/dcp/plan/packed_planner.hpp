@@ -3,14 +3,15 @@
 /// `packed_planner`: sequence packing on a fixed sp, the second static baseline of DESIGN
 /// section 3 ("Baselines").
 ///
-/// - One sp for the whole run and a packing length (`fill` of the most tokens that fit), tuned
-///   together on the workload exactly as `bucket_planner`'s (`dcp::tune`); every step
-///   checkpoints all blocks.
+/// - One sp, one recompute level (`recompute_level`: k checkpointed blocks in every step) and a packing
+///   length (`fill` of the most tokens that fit) for the whole run, tuned together on the
+///   workload exactly as `bucket_planner`'s (`dcp::tune`).
 /// - Each global batch is packed first-fit-decreasing (by tokens) into micro-batches holding up
-///   to the largest token count that fits one step with every block checkpointed.
+///   to that length (under pp = P: P micro-batches of it fit in flight at 1F1B).
 /// - Micro-batches are dealt one per data-parallel group (N / sp groups) per iteration, in
 ///   packing order (consecutive bins hold similar sequences, which keeps iterations balanced);
-///   iterations are synchronised, so an iteration lasts as long as its slowest group.
+///   iterations are synchronised, so an iteration lasts as long as its slowest group. Under pp > 1
+///   each group runs its share as one 1F1B pipeline, longest first to the least loaded group.
 ///
 /// An untuned planner (`sp == 0`) is a `dcp::error` naming `dcp::tune`: it never tunes itself.
 
@@ -65,18 +66,33 @@ struct packed_planner {
 
   int sp = 0;         ///< the fixed sp; 0 = untuned (`dcp::tune` chooses it)
   double fill = 1.0;  ///< micro-batches hold up to this fraction of the most tokens that fit (tuned)
+  uniform_recompute recompute_level{};  ///< checkpointed blocks of every step (tuned)
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
 
   std::string name() const { return "packed"; }
 
-  /// Plans one global batch on the context's blocks of `sp` (all blocks checkpointed; the
-  /// recompute policy is not used).
+  /// "sp 8, fill 0.25, recompute 12/48": the tuned setting, for reports.
+  template <cost_model C>
+  std::string tuned_setting(const C& cost) const {
+    return fixed_sp_setting(cost, sp, fill, recompute_level);
+  }
+
+  /// Plans one global batch on the context's blocks of `sp`, every step checkpointing
+  /// `recompute_level`'s blocks (the context's recompute policy is not used).
   template <any_planning_context Ctx>
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
     ctx.validate();
     return plan_fixed_sp(*this, ctx, batch,
                          [&](std::span<const sequence> seqs) { return micro_batches(ctx.cost, seqs); });
+  }
+  /// `plan(ctx, batch)` given the lower bounds of the sequences it plans (a planner that builds
+  /// this plan as one of its candidates has them; the plan carries them as they are).
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds& known) const {
+    ctx.validate();
+    return plan_fixed_sp(
+        *this, ctx, batch, [&](std::span<const sequence> seqs) { return micro_batches(ctx.cost, seqs); }, &known);
   }
   /// On `default_groups(cost)`.
   template <cost_model C, recompute_policy Recompute = full_recompute>
@@ -85,18 +101,18 @@ struct packed_planner {
   }
 
   /// The micro-batches of `seqs` (each fits alone on `sp`): first-fit decreasing by tokens into
-  /// bins of `step_token_capacity(cost, sp, L)` tokens; a bin whose memory the cost model prices
-  /// over capacity (never for the analytic model) is re-cut next-fit.
+  /// bins of `fill` times `static_token_capacity(cost, sp, k)` tokens; a bin whose memory the cost
+  /// model prices over that (never for the analytic model) is re-cut next-fit.
   template <cost_model C>
   std::vector<std::vector<sequence>> micro_batches(const C& cost, std::span<const sequence> seqs) const {
-    const int L = cost.blocks();
+    const int k = recompute_level.of(cost);
     std::vector<std::pair<std::int64_t, std::size_t>> order;  // (tokens, index), decreasing
     order.reserve(seqs.size());
     for (std::size_t i = 0; i < seqs.size(); ++i) order.emplace_back(cost.tokens_of(seqs[i]), i);
     std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : seqs[a.second].id < seqs[b.second].id;
     });
-    const auto most = static_cast<double>(step_token_capacity(cost, sp, L));
+    const auto most = static_cast<double>(static_token_capacity(cost, sp, k));
     const std::int64_t cap = std::max(static_cast<std::int64_t>(most * fill), order.empty() ? 1 : order.front().first);
     detail::first_fit_bins bins(seqs.size(), cap);
     std::vector<std::vector<sequence>> packed;
@@ -110,7 +126,7 @@ struct packed_planner {
     for (auto& bin : packed) {
       typename C::load_type load{};
       for (const auto& s : bin) load = load + cost.load_of(s);
-      if (cost.memory(load, sp, L) <= cost.capacity()) {
+      if (fits_static(cost, load, sp, k)) {
         out.push_back(std::move(bin));
         continue;
       }
@@ -118,7 +134,7 @@ struct packed_planner {
       load = {};
       for (const auto& s : bin) {
         const auto next = load + cost.load_of(s);
-        if (!current.empty() && cost.memory(next, sp, L) > cost.capacity()) {
+        if (!current.empty() && !fits_static(cost, next, sp, k)) {
           out.push_back(std::move(current));
           current.clear();
           load = cost.load_of(s);
@@ -134,7 +150,7 @@ struct packed_planner {
 
   friend bool operator==(const packed_planner&, const packed_planner&) = default;
   friend std::ostream& operator<<(std::ostream& os, const packed_planner& p) {
-    return os << "packed_planner{sp=" << p.sp << ", fill=" << p.fill
+    return os << "packed_planner{sp=" << p.sp << ", fill=" << p.fill << ", recompute_level=" << p.recompute_level
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
 };

@@ -80,12 +80,28 @@ typename C::load_type repeated_load(const typename C::load_type& one, std::int64
   return out;
 }
 
-/// The largest token total (as `cost.tokens_of` counts it) of one step on `sp` GPUs with `k`
-/// checkpointed blocks, found on a single 1D sequence (memory depends on tokens, not on how they
-/// split into sequences, in every shipped model). 0 when nothing fits.
+/// The memory per GPU of `window` micro-batches of load `l` each (sp GPUs, k checkpointed blocks)
+/// in flight together on a pipeline's stage 0 (DESIGN 4.5): the static bytes, every micro-batch's
+/// stored activations and one working set, as `in_flight_memory` counts a plan. `cost.memory`
+/// itself for a window of one, or on a cost model that prices no pipeline stages.
 template <cost_model C>
-std::int64_t step_token_capacity(const C& cost, int sp, int k) {
-  auto fits = [&](std::int64_t n) { return cost.memory(cost.load_of(make_sequence(0, n)), sp, k) <= cost.capacity(); };
+double memory_in_flight(const C& cost, const typename C::load_type& l, int sp, int k, int window) {
+  const double one = cost.memory(l, sp, k);
+  if constexpr (pipeline_cost_model<C>) {
+    if (window > 1) return one + (window - 1) * (one - cost.static_memory() - cost.working_memory(l, sp));
+  }
+  return one;
+}
+
+/// The largest token total (as `cost.tokens_of` counts it) of one step on `sp` GPUs with `k`
+/// checkpointed blocks, `window` such steps in flight together (`memory_in_flight`; 1: the step
+/// alone), found on a single 1D sequence (memory depends on tokens, not on how they split into
+/// sequences, in every shipped model). 0 when nothing fits.
+template <cost_model C>
+std::int64_t step_token_capacity(const C& cost, int sp, int k, int window = 1) {
+  auto fits = [&](std::int64_t n) {
+    return memory_in_flight(cost, cost.load_of(make_sequence(0, n)), sp, k, window) <= cost.capacity();
+  };
   if (!fits(1)) return 0;
   std::int64_t lo = 1, hi = 2;
   while (hi < max_shape_tokens && fits(hi)) lo = hi, hi *= 2;

@@ -94,7 +94,7 @@ truth_run_result simulate_calibrated(const planning_context<analytic_cost, R, G>
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     execution e = execute(p, t, i);
     detail::observe_execution(cal, e);
-    out.metrics.add(e.executed, seconds, e.oom_steps);
+    out.metrics.add(e.executed, seconds, e.oom_steps, e.peak_bytes);
     if (opt.keep_plans) out.plans.push_back(std::move(p)), out.executed.push_back(std::move(e.executed));
     progress.update(i + 1, batches.size());
   }

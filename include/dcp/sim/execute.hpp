@@ -55,6 +55,7 @@ struct execution {
   plan executed;
   std::vector<char> oom;       ///< per step: true memory over capacity
   std::int64_t oom_steps = 0;  ///< steps with `oom` set
+  double peak_bytes = 0;       ///< the most true memory a GPU holds (in flight on stage 0 under pp > 1)
   friend bool operator==(const execution&, const execution&) = default;
 };
 
@@ -113,6 +114,7 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
       held = in_flight_memory(p, memory, working, t.model.static_memory(), stages);
     }
   }
+  for (double h : held) out.peak_bytes = std::max(out.peak_bytes, h);
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const plan_step& s = p.steps[i];
     if (held[i] > capacity_on(t.model, s.ranks)) {
@@ -191,7 +193,7 @@ truth_run_result simulate(const Ctx& ctx, const P& planner, std::span<const std:
     plan p = planner.plan(ctx, std::span<const sequence>(batches[i]));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     execution e = execute(p, t, i);
-    out.metrics.add(e.executed, seconds, e.oom_steps);
+    out.metrics.add(e.executed, seconds, e.oom_steps, e.peak_bytes);
     if (opt.keep_plans) out.plans.push_back(std::move(p)), out.executed.push_back(std::move(e.executed));
     progress.update(i + 1, batches.size());
   }

@@ -1,9 +1,12 @@
 #pragma once
 /// \file
 /// The methods a comparison runs, by name: `dcp`, `dcp-no-inter`, `dcp-no-intra` (and
-/// `dcp-no-inter-no-intra`), `bucket`, `packed`, `dynamic_cp`. `with_method` builds the planner a
-/// name stands for, tunes it on the dataset when the method is a tuned system (bucket, packed,
-/// dynamic_cp), and hands it to a callable; `run_method` simulates it, on the cost model's clock or
+/// `dcp-no-inter-no-intra`), `bucket`, `packed`, `dynamic_cp` (each baseline tuning its recompute
+/// level with its other knobs), and `bucket-ckpt-all`, `packed-ckpt-all`, `dynamic_cp-ckpt-all`
+/// (the same baselines with every block checkpointed, for continuity; never the strongest
+/// baseline of a table). `with_method` builds the planner a
+/// name stands for, tunes it on the dataset when the method is a tuned system (the baselines),
+/// and hands it to a callable; `run_method` simulates it, on the cost model's clock or
 /// executed on a truth (`sim/execute.hpp`), where `oracle` is also a method: the dcp planner
 /// planning on the truth's deterministic part and speeds, `dcp` calibrates (the start-up probe,
 /// then each batch on the model refitted to what ran) and `dcp-open-loop` keeps the planner on
@@ -42,8 +45,12 @@
 namespace dcp::sim {
 
 /// Every method name `with_method` accepts.
-inline constexpr std::array<std::string_view, 7> method_names{
-    "dcp", "dcp-no-inter", "dcp-no-intra", "dcp-no-inter-no-intra", "bucket", "packed", "dynamic_cp"};
+inline constexpr std::array<std::string_view, 10> method_names{
+    "dcp",    "dcp-no-inter", "dcp-no-intra", "dcp-no-inter-no-intra", "bucket", "packed", "dynamic_cp",
+    "bucket-ckpt-all", "packed-ckpt-all", "dynamic_cp-ckpt-all"};
+
+/// The suffix of a baseline run with every block checkpointed (its recompute level not tuned).
+inline constexpr std::string_view all_checkpointed_suffix = "-ckpt-all";
 
 /// The methods of the default comparison (DESIGN section 7).
 inline constexpr std::array<std::string_view, 6> default_methods{"dcp",    "dcp-no-inter", "dcp-no-intra",
@@ -107,31 +114,29 @@ decltype(auto) with_method(std::string_view name, const Ctx& ctx, std::span<cons
     p.intra = name.find("no-intra") == std::string_view::npos;
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
-    if (ctx.cost.layout().pp == 1) return f(p, 0.0);
+    // The full planner plans no batch slower than a tuned baseline: they are its candidates (the
+    // ablations keep to their own halves).
+    if (name == "dcp") p = with_baselines(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
     // Under pipelines its micro-batch shape, tuned as the baselines' knobs are.
-    p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
-    return f(p, seconds());
+    if (ctx.cost.layout().pp > 1) p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
+    return f(p, name == "dcp" || ctx.cost.layout().pp > 1 ? seconds() : 0.0);
   }
-  if (name == "packed") {
-    packed_planner p;
+  // A baseline: tuned as its users tune it, its recompute level too unless the name fixes it.
+  const bool all_checkpointed = name.ends_with(all_checkpointed_suffix);
+  const std::string_view base = name.substr(0, name.size() - (all_checkpointed ? all_checkpointed_suffix.size() : 0));
+  const uniform_recompute recompute{-1, !all_checkpointed};
+  auto tuned = [&](auto p) {
     p.loss = s.loss;
     p.on_infeasible = s.on_infeasible;
+    p.recompute_level = recompute;
     p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
     return f(p, seconds());
-  }
-  if (name == "dynamic_cp") {  // its per-rank token limit, tuned as its users tune it
-    dynamic_cp_planner p;
-    p.loss = s.loss;
-    p.on_infeasible = s.on_infeasible;
-    p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
-    return f(p, seconds());
-  }
+  };
+  if (base == "packed") return tuned(packed_planner{});
+  if (base == "dynamic_cp") return tuned(dynamic_cp_planner{});
   bucket_planner p;
   p.seed = s.seed;
-  p.loss = s.loss;
-  p.on_infeasible = s.on_infeasible;
-  p = tune(std::move(p), ctx, data, s.global_batch_tokens, s.seed);
-  return f(p, seconds());
+  return tuned(p);
 }
 
 /// `with_method` in `planning_context{cost, selective_recompute{}, default_groups(cost)}`.

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/plan/pipeline_plan.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 
 namespace dcp::sim {
@@ -23,7 +26,7 @@ struct plan_metrics {
   /// Seconds even the busiest rank waits, makespan - max_r busy_r: under pp > 1 its pipelines'
   /// fill, drain and stalls (the pipeline bubble), under pp = 1 its gang waits and barriers.
   double bubble_s = 0;
-  double peak_memory_bytes = 0;  ///< the largest step memory
+  double peak_memory_bytes = 0;  ///< the largest step memory (`peak_memory` where the caller counts it)
   std::int64_t sequences = 0;    ///< planned sequences
   std::int64_t tokens = 0;       ///< planned model tokens
   std::int64_t steps = 0;
@@ -51,6 +54,26 @@ inline plan_metrics measure(const plan& p, std::vector<double>* busy = nullptr) 
   if (p.makespan_s > 0 && !per_rank.empty()) m.imbalance = idle / static_cast<double>(per_rank.size()) / p.makespan_s;
   if (busy) *busy = per_rank;
   return m;
+}
+
+/// The most memory a GPU of `p` holds under `cost`: under pp > 1 the peak in flight on a stage-0
+/// GPU (`in_flight_memory` over the plan's own step memories, the count `plan_violations`
+/// checks), else the largest step's memory.
+template <cost_model C>
+double peak_memory(const plan& p, const C& cost) {
+  double out = 0;
+  for (const auto& s : p.steps) out = std::max(out, s.memory_bytes);
+  if constexpr (pipeline_cost_model<C>) {
+    const int stages = cost.layout().pp;
+    if (stages > 1 && !p.steps.empty()) {
+      std::vector<double> own;
+      own.reserve(p.steps.size());
+      for (const auto& s : p.steps) own.push_back(s.memory_bytes);
+      for (double held : in_flight_memory(p, own, working_memory_of(p, cost), cost.static_memory(), stages))
+        out = std::max(out, held);
+    }
+  }
+  return out;
 }
 
 /// An estimate of the NCCL buffer memory one rank of a communicator of `size` ranks holds once
@@ -82,7 +105,7 @@ struct run_metrics {
   double imbalance = 0;         ///< mean over batches of the plan imbalance
   double bubble_s = 0;          ///< summed plan `bubble_s`: the busiest rank's waits
   double bubble = 0;            ///< bubble_s / makespan_s
-  double peak_memory_bytes = 0; ///< the largest step memory of the run
+  double peak_memory_bytes = 0; ///< the most memory a GPU holds over the run (in flight under pp > 1)
   double plan_seconds = 0;      ///< mean wall-clock seconds to plan one batch
   double plan_seconds_max = 0;  ///< the slowest batch to plan
   double tune_seconds = 0;      ///< wall-clock seconds spent tuning before the run (bucket, packed, dynamic_cp)
@@ -100,9 +123,11 @@ struct run_metrics {
   /// group of s ranks counts `nccl_buffer_bytes(s)`.
   double communicator_bytes_per_rank = 0;
 
-  /// Adds one batch's plan, planned in `seconds` of wall-clock time, `oom` of its steps over memory.
-  void add(const plan& p, double seconds, std::int64_t oom = 0) {
+  /// Adds one batch's plan, planned in `seconds` of wall-clock time, `oom` of its steps over memory,
+  /// holding `peak_bytes` at most on a GPU (`peak_memory`; < 0: its largest step's memory).
+  void add(const plan& p, double seconds, std::int64_t oom = 0, double peak_bytes = -1) {
     const plan_metrics m = add_busy(p);
+    peak_memory_bytes = std::max(peak_memory_bytes, peak_bytes);
     if (method.empty()) method = p.method;
     ++batches;
     sequences += m.sequences, tokens += m.tokens, skipped += m.skipped, steps += m.steps, oom_steps += oom;

@@ -159,7 +159,7 @@ run_result replay(const plan_document& doc, std::string_view source, const C& co
   out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
   out.metrics.update_s = update_seconds_of(cost);
   for (const plan& p : doc.plans) {
-    out.metrics.add(p, 0.0);
+    out.metrics.add(p, 0.0, 0, peak_memory(p, cost));
     if (opt.keep_plans) out.plans.push_back(p);
   }
   return out;
@@ -179,7 +179,7 @@ truth_run_result replay(const plan_document& doc, std::string_view source, const
   out.metrics.update_s = update_seconds_of(t.model);
   for (std::size_t i = 0; i < doc.plans.size(); ++i) {
     execution e = execute(doc.plans[i], t, i);
-    out.metrics.add(e.executed, 0.0, e.oom_steps);
+    out.metrics.add(e.executed, 0.0, e.oom_steps, e.peak_bytes);
     if (opt.keep_plans) out.plans.push_back(doc.plans[i]), out.executed.push_back(std::move(e.executed));
   }
   return out;

@@ -105,7 +105,7 @@ run_result simulate(const Ctx& ctx, const P& planner, std::span<const std::vecto
     const auto t0 = std::chrono::steady_clock::now();
     plan p = planner.plan(ctx, std::span<const sequence>(batches[i]));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    out.metrics.add(p, seconds);
+    out.metrics.add(p, seconds, 0, peak_memory(p, cost));
     if (opt.keep_plans) out.plans.push_back(std::move(p));
     progress.update(i + 1, batches.size());
   }

@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <functional>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -103,57 +105,91 @@ tuning_data tuning_data_of(const C& cost, std::span<const sequence> data, infeas
 /// fewer micro-batches than there are groups, so smaller micro-batches can be faster.
 inline constexpr std::array<double, 6> fill_candidates{1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125};
 
-/// The per-rank token limits a user of dynamic CP tries: x_max times each of `fill_candidates`
+/// The per-rank token limits a user of dynamic CP tries at `k` checkpointed blocks (< 0: all L):
+/// x_max at that level (`max_tokens_per_gpu(cost, k)`) times each of `fill_candidates`
 /// (x_max / 1 .. / 32).
 template <cost_model C>
-std::vector<std::int64_t> dynamic_cp_limit_candidates(const C& cost) {
-  const double x_max = max_tokens_per_gpu(cost);
+std::vector<std::int64_t> dynamic_cp_limit_candidates(const C& cost, int k = -1) {
+  const double x_max = max_tokens_per_gpu(cost, k < 0 ? cost.blocks() : k);
   std::vector<std::int64_t> out;
   for (double f : fill_candidates) out.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(x_max * f)));
   return out;
 }
 
-/// The outcome of tuning a fixed-sp planner: the sp and fill chosen and the epoch seconds of
-/// every candidate.
+/// The recompute levels a static baseline's tuning tries on `sp` for `data`: the fewest
+/// checkpointed blocks that hold every sequence (`least_uniform_recompute`, the setting a Megatron
+/// user finds), and each of 0, L/4, L/2, 3L/4 and L (rounded) above it, descending; only
+/// `r.of(cost)` when `r.tune` is false (empty when that does not hold the data).
+template <cost_model C>
+std::vector<int> recompute_candidates(const C& cost, std::span<const sequence> data, int sp,
+                                      const uniform_recompute& r) {
+  const int L = cost.blocks();
+  if (!r.tune) {
+    const int k = r.of(cost);
+    const bool all = std::all_of(data.begin(), data.end(), [&](const sequence& s) { return fits_static(cost, s, sp, k); });
+    return all ? std::vector<int>{k} : std::vector<int>{};
+  }
+  const int least = least_uniform_recompute(cost, data, sp);
+  if (least < 0) return {};
+  std::vector<int> out{least};
+  for (int quarter = 0; quarter <= 4; ++quarter) {
+    const int k = static_cast<int>(std::lround(L * quarter / 4.0));
+    if (k > least) out.push_back(k);
+  }
+  std::sort(out.begin(), out.end(), std::greater<>());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+/// The outcome of tuning a fixed-sp planner: the sp, recompute level and fill chosen, and the
+/// epoch seconds of every candidate.
 struct fixed_sp_tuning {
   int sp = 0;
+  int recompute_blocks = 0;
   double fill = 1.0;
-  std::vector<std::tuple<int, double, double>> seconds;  ///< (sp, fill, summed makespans of the epoch)
+  /// (sp, checkpointed blocks, fill, summed makespans of the epoch)
+  std::vector<std::tuple<int, int, double, double>> seconds;
   friend bool operator==(const fixed_sp_tuning&, const fixed_sp_tuning&) = default;
 };
 
-/// Tunes a fixed-sp planner as a user would: every sp of `fixed_sp_candidates(cost, data, sizes)`
-/// that the context's group manager offers blocks of and every fill of `fill_candidates` is
-/// simulated on `batches` with the planner `configure(sp, fill)` returns (planning in `ctx`), and
-/// the pair with the highest throughput (the smallest summed makespan, every candidate running
-/// the same tokens) wins; ties go to the smaller sp, then the fuller micro-batch. Throws
-/// `dcp::error` when no such sp holds every sequence.
+/// Tunes a fixed-sp planner as a user would: every sp the context's group manager offers on which
+/// the data fits at some level of `recompute_candidates(cost, data, sp, r)`, every such level, and
+/// every fill of `fill_candidates` is simulated on `batches` with the planner
+/// `configure(sp, k, fill)` returns (planning in `ctx`), and the triple with the highest
+/// throughput (the smallest summed makespan, every candidate running the same tokens) wins; ties
+/// go to the smaller sp, then the more checkpointed blocks (the all-checkpointed setting first),
+/// then the fuller micro-batch. Throws `dcp::error` when no sp holds every sequence.
 template <any_planning_context Ctx, class Configure>
 fixed_sp_tuning tune_fixed_sp(const Ctx& ctx, std::span<const sequence> data,
-                              const std::vector<std::vector<sequence>>& batches, Configure configure) {
+                              const std::vector<std::vector<sequence>>& batches, const uniform_recompute& r,
+                              Configure configure) {
   const auto& cost = ctx.cost;
   const auto sizes = ctx.sp_sizes();  // legal and offered
-  auto candidates = fixed_sp_candidates(cost, data, std::span<const int>(sizes));
+  std::vector<std::pair<int, std::vector<int>>> candidates;  // (sp, its levels)
+  for (int sp : sizes)
+    if (auto levels = recompute_candidates(cost, data, sp, r); !levels.empty()) candidates.emplace_back(sp, std::move(levels));
   check(!candidates.empty(), errc::infeasible, [&] {
-    return "no legal sp the group manager offers holds every sequence of the dataset with all blocks checkpointed on " +
-           std::to_string(cost.gpus()) + " GPUs; use more GPUs or memory";
+    return "no legal sp the group manager offers holds every sequence of the dataset with " +
+           (r.tune ? std::string("all") : std::to_string(r.of(cost))) + " of " + std::to_string(cost.blocks()) +
+           " blocks checkpointed on " + std::to_string(cost.gpus()) + " GPUs; use more GPUs or memory";
   });
   fixed_sp_tuning out;
   double best = std::numeric_limits<double>::infinity();
-  for (int sp : candidates) {
-    for (double fill : fill_candidates) {
-      const auto planner = configure(sp, fill);
-      double seconds = 0;
-      for (const auto& b : batches) seconds += planner.plan(ctx, std::span<const sequence>(b)).makespan_s;
-      out.seconds.emplace_back(sp, fill, seconds);
-      if (seconds < best) best = seconds, out.sp = sp, out.fill = fill;
-    }
-  }
+  for (const auto& [sp, levels] : candidates)
+    for (int k : levels)
+      for (double fill : fill_candidates) {
+        const auto planner = configure(sp, k, fill);
+        double seconds = 0;
+        for (const auto& b : batches) seconds += planner.plan(ctx, std::span<const sequence>(b)).makespan_s;
+        out.seconds.emplace_back(sp, k, fill, seconds);
+        if (seconds < best) best = seconds, out.sp = sp, out.recompute_blocks = k, out.fill = fill;
+      }
   return out;
 }
 
 namespace detail {
-/// What tuning `bucket` and `packed` share: `p` with the fastest `sp` and `fill` (`tune_fixed_sp`)
+/// What tuning `bucket` and `packed` share: `p` with the fastest `sp`, recompute level and `fill`
+/// (`tune_fixed_sp`)
 /// over one epoch of global batches of `budget` tokens (0 = 262144 * N) drawn with
 /// `sampler_seed`; `finish(q, feasible)` completes each candidate `q` on the feasible data.
 template <class P, any_planning_context Ctx, class Finish>
@@ -162,15 +198,16 @@ P tune_sp_and_fill(P p, const Ctx& ctx, std::span<const sequence> data, std::int
   ctx.validate();
   const auto sizes = ctx.sp_sizes();
   const auto on = tuning_data_of(ctx.cost, data, p.on_infeasible, budget, sampler_seed, std::span<const int>(sizes));
-  auto configure = [&](int candidate, double fraction) {
+  auto configure = [&](int candidate, int k, double fraction) {
     P q = p;
     q.sp = candidate;
+    q.recompute_level.blocks = k;
     q.fill = fraction;
     finish(q, std::span<const sequence>(on.feasible));
     return q;
   };
-  const auto t = tune_fixed_sp(ctx, on.feasible, on.batches, configure);
-  return configure(t.sp, t.fill);
+  const auto t = tune_fixed_sp(ctx, on.feasible, on.batches, p.recompute_level, configure);
+  return configure(t.sp, t.recompute_blocks, t.fill);
 }
 }  // namespace detail
 
@@ -197,10 +234,12 @@ packed_planner tune(packed_planner p, const Ctx& ctx, std::span<const sequence> 
                                   [](packed_planner&, std::span<const sequence>) {});
 }
 
-/// `p` with `max_tokens_per_rank` tuned on the whole dataset `data`: every candidate of
-/// `dynamic_cp_limit_candidates` under which every sequence gets a legal CP size is
-/// simulated on the id-ordered epoch of global batches of `budget` tokens (0 = the default), and
-/// the one with the smallest summed makespan wins (ties: the larger limit). Order independent.
+/// `p` with `max_tokens_per_rank` and its recompute level tuned on the whole dataset `data`: at
+/// every level of `recompute_candidates` on the widest CP size (p's own when it does not tune
+/// them), every limit of `dynamic_cp_limit_candidates` under which every sequence gets a legal CP
+/// size is simulated on the id-ordered epoch of global batches of `budget` tokens (0 = the
+/// default), and the pair with the smallest summed makespan wins (ties: the more checkpointed
+/// blocks, then the larger limit). Order independent.
 template <any_planning_context Ctx>
 dynamic_cp_planner tune(dynamic_cp_planner p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
                         std::uint64_t sampler_seed = 0) {
@@ -211,14 +250,19 @@ dynamic_cp_planner tune(dynamic_cp_planner p, const Ctx& ctx, std::span<const se
   const auto on = tuning_data_of(cost, data, p.on_infeasible, budget, sampler_seed);
   dynamic_cp_planner best = p;
   double best_seconds = std::numeric_limits<double>::infinity();
-  for (std::int64_t limit : dynamic_cp_limit_candidates(cost)) {
-    dynamic_cp_planner q = p;
-    q.max_tokens_per_rank = limit;
-    if (!q.holds_all(ctx, on.feasible)) continue;
-    double seconds = 0;
-    for (const auto& b : on.batches) seconds += q.plan(ctx, std::span<const sequence>(b)).makespan_s;
-    if (seconds < best_seconds) best_seconds = seconds, best = q;
-  }
+  int widest = 1;
+  for (int sp : ctx.sp_sizes())
+    if (std::has_single_bit(static_cast<unsigned>(sp))) widest = sp;
+  for (int k : recompute_candidates(cost, on.feasible, widest, p.recompute_level))
+    for (std::int64_t limit : dynamic_cp_limit_candidates(cost, k)) {
+      dynamic_cp_planner q = p;
+      q.recompute_level.blocks = k;
+      q.max_tokens_per_rank = limit;
+      if (!q.holds_all(ctx, on.feasible)) continue;
+      double seconds = 0;
+      for (const auto& b : on.batches) seconds += q.plan(ctx, std::span<const sequence>(b)).makespan_s;
+      if (seconds < best_seconds) best_seconds = seconds, best = q;
+    }
   check(best.max_tokens_per_rank > 0, errc::infeasible, [&] {
     return "no dynamic_cp per-rank token limit gives every sequence a legal CP size on " + std::to_string(cost.gpus()) +
            " GPUs; use more GPUs or memory";
@@ -261,6 +305,33 @@ dcp_planner tune(dcp_planner p, const Ctx& ctx, std::span<const sequence> data, 
   for (double cap : path_cap_candidates)
     for (int room : room_candidates) attempt({cap, room});
   return best;
+}
+
+/// `p` with `baselines` set to the static systems tuned in `ctx` on `data` as `tune` tunes each
+/// (packed, dynamic_cp, bucket; a system that cannot be tuned in `ctx` on the data, because it
+/// cannot hold a sequence or needs blocks the group manager does not offer, is left out): their plan of every batch is then one of p's candidates, so that p never plans a batch
+/// slower than a tuned baseline (`dcp_planner`'s step 9). Every system keeps p's loss
+/// normalisation and skip policy; bucket's shuffle seed is `sampler_seed`.
+template <any_planning_context Ctx>
+dcp_planner with_baselines(dcp_planner p, const Ctx& ctx, std::span<const sequence> data, std::int64_t budget = 0,
+                           std::uint64_t sampler_seed = 0) {
+  p.baselines.clear();
+  auto add = [&](auto q) {
+    q.loss = p.loss;
+    q.on_infeasible = p.on_infeasible;
+    try {
+      p.baselines.emplace_back(tune(std::move(q), ctx, data, budget, sampler_seed));
+    } catch (const error&) {
+      // This system cannot run here: a sequence it cannot hold, or group shapes it needs that
+      // the context's manager does not offer (a communicator budget). dcp plans without it.
+    }
+  };
+  add(packed_planner{});
+  add(dynamic_cp_planner{});
+  bucket_planner bucket;
+  bucket.seed = sampler_seed;
+  add(bucket);
+  return p;
 }
 
 /// `tune(p, planning_context{cost, selective_recompute{}, default_groups(cost)}, data, budget,
