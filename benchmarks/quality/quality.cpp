@@ -4,7 +4,7 @@
 // `plan_violations` against its batch, and every sequence of the dataset must appear exactly
 // once over the epoch (planned in one step of one batch, or skipped).
 //
-// Gates (exit status 1 when one is missed), the efficiencies the README claims, against the
+// Gates (exit status 1 when one is missed), the efficiencies the docs claim, against the
 // joint lower bound of DESIGN section 3:
 //   - dcp at least as fast (tokens/s) as every baseline (bucket, packed, dynamic_cp) in every cell;
 //   - dcp efficiency >= 0.95 at 262144 tokens per GPU, >= 0.90 at 32768 and >= 0.85 at 8192,
@@ -55,7 +55,7 @@ std::vector<std::int64_t> parse_list(const std::string& flag, const std::string&
   return out;
 }
 
-/// The efficiency dcp must reach in a cell (the README's claim).
+/// The efficiency dcp must reach in a cell (what the docs claim).
 double efficiency_gate(std::int64_t tokens_per_gpu) {
   if (tokens_per_gpu >= 262144) return 0.95;
   if (tokens_per_gpu >= 32768) return 0.90;

@@ -1,5 +1,5 @@
-# Fails unless README.md shows train_step of examples/libtorch_train/train.hpp verbatim (docs are
-# compiled code).   -DSOURCE=<train.hpp> -DREADME=<README.md>
+# Fails unless docs/guide.md shows train_step of examples/libtorch_train/train.hpp verbatim (docs are
+# compiled code).   -DSOURCE=<train.hpp> -DREADME=<docs/guide.md>
 file(READ "${SOURCE}" _source)
 file(READ "${README}" _readme)
 string(FIND "${_source}" "template <class Scheduler>\nstep_report train_step(" _begin)
@@ -15,7 +15,7 @@ math(EXPR _length "${_end} + 3")
 string(SUBSTRING "${_rest}" 0 ${_length} _step)
 string(FIND "${_readme}" "${_step}" _at)
 if(_at LESS 0)
-  message(FATAL_ERROR "README.md no longer shows train_step of examples/libtorch_train/train.hpp verbatim; "
+  message(FATAL_ERROR "docs/guide.md no longer shows train_step of examples/libtorch_train/train.hpp verbatim; "
                       "copy it into the section \"LibTorch\":\n${_step}")
 endif()
-message("README shows train_step of examples/libtorch_train verbatim")
+message("docs/guide.md shows train_step of examples/libtorch_train verbatim")

@@ -268,9 +268,9 @@ def test_sampler_counts_the_models_tokens():
 
 
 def test_readme_python_block_runs_as_written():
-    """The README's Python section is run as it is (docs are code), from the repository root."""
+    """The guide's Python section (docs/guide.md) is run as it is (docs are code), from the repository root."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(root, "docs", "guide.md"), encoding="utf-8") as f:
         readme = f.read()
     section = readme[readme.index("\n## Python\n"):]
     block = section[section.index("```python\n") + len("```python\n"):]
@@ -278,14 +278,14 @@ def test_readme_python_block_runs_as_written():
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        exec(compile(block, "README.md (Python)", "exec"), {})
+        exec(compile(block, "docs/guide.md (Python)", "exec"), {})
     finally:
         os.chdir(cwd)
 
 
 def test_readme_torch_loop_is_the_examples_own():
-    """The README's PyTorch loop is the Python example's, verbatim (up to indentation)."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """The guide's PyTorch loop is the Python example's, verbatim (up to indentation)."""
+    readme = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
     section = readme[readme.index("**In a PyTorch loop.**"):]
     block = section[section.index("```python\n") + len("```python\n"):]
     block = block[: block.index("```")]
