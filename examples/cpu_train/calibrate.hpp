@@ -148,7 +148,12 @@ void train_calibrated(Comm& world, const model_config& mc, const Data& data, int
       std::printf("%s\n", cal.speeds().empty() ? " all 1" : "");
     }
   }
-  if (out) std::fclose(out);
+  if (out) {
+    const bool written = std::ferror(out) == 0;
+    const bool closed = std::fclose(out) == 0;  // flushes: a full disk fails here
+    dcp::check(written && closed, dcp::errc::io_error,
+               [&] { return "--calibrate-csv: writing " + csv + " failed (its disk must have room)"; });
+  }
   if (!root) return;
   const int half = steps / 2;
   std::printf("median absolute error of predicted micro-step time (ms) over rank 0's %zu micro-steps (each predicted "

@@ -8,8 +8,10 @@
 // Every step prints the loss and the plan: groups (sp x count), micro-steps per rank, recomputed
 // blocks. The trainer is examples/cpu_train/trainer.hpp; the model tiny_transformer.hpp.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -18,6 +20,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include <dcp/dcp.hpp>
 #include <dcp/cost/profiled_cost.hpp>
@@ -54,86 +58,91 @@ struct arguments {
   bool quiet_plan = false;
   bool calibrate = false;  // profile, fit, then plan with online calibration (calibrate.hpp)
   std::string calibrate_csv;  // rank 0's measured micro-steps and predictions, one CSV row each
+  double timeout_s = 300;     // a collective's wait for the other ranks
 };
 
-[[noreturn]] void usage(int code) {
-  std::printf(
-      "usage: dcp-train-cpu [--local R] [--steps N] [--dtype float|double] [--planner dcp|bucket|packed]\n"
-      "         [--optimizer sgd|adam] [--lr X] [--hidden H] [--heads A] [--mlp F] [--blocks L] [--vocab V]\n"
-      "         [--causal] [--min-len N] [--max-len N] [--sequences N] [--global-batch-tokens N]\n"
-      "         [--fit-tokens N] [--seed S] [--ring R] [--profile] [--profile-budget S]\n"
-      "         [--profile-out FILE] [--profile-in FILE] [--quiet-plan]\n"
-      "         [--calibrate] [--calibrate-csv FILE]\n"
-      "Without --local the ranks are the MPI processes (mpirun -np R dcp-train-cpu ...).\n"
-      "--calibrate: profile, fit dcp::fitted_cost to the profile, train with online calibration, and print each\n"
-      "  micro-step's measured time (thread CPU time; the profile too) against the analytic, profiled, fitted and\n"
-      "  calibrated models. --calibrate-csv FILE: also write rank 0's micro-steps (features, times, predictions).\n"
-      "--fit-tokens: the analytic planner's device holds this many tokens per rank with nothing checkpointed.\n"
-      "--ring R: steps may split sp = u x r with r <= R (a power of two): ring attention passes K/V blocks around\n"
-      "  r ranks, so sp may exceed the heads (analytic planning only; default 1, Ulysses only).\n"
-      "--profile: profile this model on this machine first (2-block truncation), then plan with the profile.\n"
-      "--profile-budget: seconds of runs after which the profiler stops doubling batches (default 30, 0: no\n"
-      "  limit); batch 1 of every length group always runs.\n");
-  std::exit(code);
+// A finite number in [lo, hi] (CLI11's Range lets NaN through: it only compares).
+CLI::Validator finite_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < lo || v > hi)
+          return "value " + text + " is not a finite number in [" + CLI::detail::to_string(lo) + ", " +
+                 CLI::detail::to_string(hi) + "]";
+        return {};
+      },
+      "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
 }
 
+// Parses the command line (CLI11: whole-string numbers, each in its range; a bad value is a
+// message naming the option and the value, exit status 2). Exits after --help.
 arguments parse(int argc, char** argv) {
   arguments a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dcp-train-cpu: %s needs a value\n", k.c_str());
-        usage(2);
-      }
-      return argv[++i];
-    };
-    auto integer = [&]() { return std::stoll(value()); };
-    if (k == "--help" || k == "-h") usage(0);
-    else if (k == "--local") a.local = int(integer());
-    else if (k == "--steps") a.steps = int(integer());
-    else if (k == "--dtype") a.dtype = value();
-    else if (k == "--planner") a.planner = value();
-    else if (k == "--optimizer") a.optimizer = value();
-    else if (k == "--lr") a.lr = std::stod(value());
-    else if (k == "--hidden") a.model.hidden = int(integer());
-    else if (k == "--heads") a.model.heads = int(integer());
-    else if (k == "--mlp") a.model.mlp = int(integer());
-    else if (k == "--blocks") a.model.blocks = int(integer());
-    else if (k == "--vocab") a.model.vocab = a.data.vocab = int(integer());
-    else if (k == "--causal") a.model.causal = true;
-    else if (k == "--min-len") a.data.min_len = int(integer());
-    else if (k == "--max-len") a.data.max_len = int(integer());
-    else if (k == "--sequences") a.sequences = int(integer());
-    else if (k == "--global-batch-tokens") a.batch_tokens = integer();
-    else if (k == "--fit-tokens") a.fit_tokens = std::stod(value());
-    else if (k == "--seed") a.data.seed = std::uint64_t(integer());
-    else if (k == "--ring") a.ring = int(integer());
-    else if (k == "--profile") a.profile = true;
-    else if (k == "--profile-budget") a.profile_budget = std::stod(value());
-    else if (k == "--profile-out") a.profile_out = value();
-    else if (k == "--profile-in") a.profile_in = value();
-    else if (k == "--quiet-plan") a.quiet_plan = true;
-    else if (k == "--calibrate") a.calibrate = true;
-    else if (k == "--calibrate-csv") a.calibrate_csv = value();
-    else {
-      std::fprintf(stderr, "dcp-train-cpu: unknown option %s\n", k.c_str());
-      usage(2);
-    }
+  CLI::App app{"dcp-train-cpu: the tiny transformer trained under dcp plans on CPU ranks. Without --local the "
+               "ranks are the MPI processes (mpirun -np R dcp-train-cpu ...)."};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--local", a.local, "run R ranks as threads of this process (0: the MPI processes)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--steps", a.steps, "global batches to train")->check(CLI::Range(1, 100'000'000));
+  app.add_option("--dtype", a.dtype, "float or double")->check(CLI::IsMember({"float", "double"}));
+  app.add_option("--planner", a.planner, "dcp, bucket or packed")->check(CLI::IsMember({"dcp", "bucket", "packed"}));
+  app.add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
+  app.add_option("--lr", a.lr, "learning rate")->check(finite_in(1e-12, 100));
+  app.add_option("--hidden", a.model.hidden, "model width")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--heads", a.model.heads, "attention heads")->check(CLI::Range(1, 1 << 12));
+  app.add_option("--mlp", a.model.mlp, "MLP width")->check(CLI::Range(1, 1 << 18));
+  app.add_option("--blocks", a.model.blocks, "transformer blocks")->check(CLI::Range(1, 1 << 12));
+  app.add_option("--vocab", a.model.vocab, "vocabulary")->check(CLI::Range(2, 1 << 20));
+  app.add_flag("--causal", a.model.causal, "causal attention");
+  app.add_option("--min-len", a.data.min_len, "shortest synthetic sequence")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-len", a.data.max_len, "longest synthetic sequence")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--sequences", a.sequences, "synthetic sequences in the dataset")->check(CLI::Range(1, 10'000'000));
+  app.add_option("--global-batch-tokens", a.batch_tokens, "tokens per global batch (0: 1024 x ranks)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  app.add_option("--fit-tokens", a.fit_tokens,
+                 "the analytic planner's device holds this many tokens per rank with nothing checkpointed")
+      ->check(finite_in(1, 1e9));
+  app.add_option("--seed", a.data.seed, "seed of the synthetic data");
+  app.add_option("--ring", a.ring,
+                 "steps may split sp = u x r with r <= R (a power of two): ring attention passes K/V blocks "
+                 "around r ranks, so sp may exceed the heads (analytic planning only; 1: Ulysses only)")
+      ->check(CLI::Range(1, 1024));
+  app.add_flag("--profile", a.profile, "profile this model on this machine first (2-block truncation), then plan "
+                                       "with the profile");
+  app.add_option("--profile-budget", a.profile_budget,
+                 "seconds of runs after which the profiler stops doubling batches (0: no limit); batch 1 of every "
+                 "length group always runs")
+      ->check(finite_in(0, 1e6));
+  app.add_option("--profile-out", a.profile_out, "write the profile JSON here");
+  app.add_option("--profile-in", a.profile_in, "plan with this profile JSON (from --profile-out)");
+  app.add_flag("--quiet-plan", a.quiet_plan, "no per-step plan summary");
+  app.add_flag("--calibrate", a.calibrate,
+               "profile, fit dcp::fitted_cost to the profile, train with online calibration, and print each "
+               "micro-step's measured time (thread CPU time; the profile too) against the analytic, profiled, "
+               "fitted and calibrated models");
+  app.add_option("--calibrate-csv", a.calibrate_csv,
+                 "with --calibrate, also write rank 0's micro-steps (features, times, predictions) as CSV");
+  app.add_option("--timeout", a.timeout_s,
+                 "seconds a rank waits in a collective for the others before it reports which one stalled")
+      ->check(finite_in(1, 86400));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  a.data.vocab = a.model.vocab;
+  auto refuse = [](const std::string& why) {
+    std::fprintf(stderr, "dcp-train-cpu: %s\n", why.c_str());
+    std::exit(2);
+  };
   a.model.max_len = std::max(a.model.max_len, a.data.max_len);
-  if (a.dtype != "float" && a.dtype != "double") usage(2);
-  if (a.planner != "dcp" && a.planner != "bucket" && a.planner != "packed") usage(2);
-  if (a.optimizer != "sgd" && a.optimizer != "adam") usage(2);
-  if (a.ring < 1 || (a.ring & (a.ring - 1)) != 0) {
-    std::fprintf(stderr, "dcp-train-cpu: --ring %d must be a power of two >= 1\n", a.ring);
-    usage(2);
-  }
-  if (a.ring > 1 && (a.profile || a.calibrate || !a.profile_in.empty())) {
-    std::fprintf(stderr, "dcp-train-cpu: --ring %d plans with the analytic model; profiles and calibration price "
-                         "Ulysses-only steps, drop --ring or --profile/--profile-in/--calibrate\n", a.ring);
-    usage(2);
-  }
+  if ((a.ring & (a.ring - 1)) != 0) refuse("--ring " + std::to_string(a.ring) + " must be a power of two >= 1");
+  if (a.data.min_len > a.data.max_len)
+    refuse("--min-len " + std::to_string(a.data.min_len) + " is above --max-len " + std::to_string(a.data.max_len));
+  if (a.ring > 1 && (a.profile || a.calibrate || !a.profile_in.empty()))
+    refuse("--ring " + std::to_string(a.ring) +
+           " plans with the analytic model; profiles and calibration price Ulysses-only steps, drop --ring or "
+           "--profile/--profile-in/--calibrate");
   return a;
 }
 
@@ -231,7 +240,8 @@ void run_with_planner(Comm& world, const arguments& a) {
     dcp::profile_table table;
     if (!a.profile_in.empty()) {
       std::ifstream in(a.profile_in);
-      dcp::check(bool(in), dcp::errc::invalid_argument, [&] { return "cannot open profile " + a.profile_in; });
+      dcp::check(bool(in) && !std::filesystem::is_directory(a.profile_in), dcp::errc::invalid_argument,
+                 [&] { return "cannot open profile " + a.profile_in + " (a readable profile JSON file, from --profile-out)"; });
       table = dcp::read_profile(in, a.profile_in);
     } else {
       // --calibrate measures its steps in thread CPU time (calibrate.hpp), so its profile does too.
@@ -245,6 +255,10 @@ void run_with_planner(Comm& world, const arguments& a) {
       if (!a.profile_out.empty()) {
         std::ofstream out(a.profile_out);
         dcp::write_profile(out, table);
+        out.close();  // flushed and closed before it is reported: a full disk or a missing folder fails here
+        dcp::check(!out.fail(), dcp::errc::invalid_argument, [&] {
+          return "cannot write profile " + a.profile_out + " (its folder must exist and have room)";
+        });
         std::printf("profile written to %s\n", a.profile_out.c_str());
       }
     }
@@ -273,8 +287,35 @@ void run_with_planner(Comm& world, const arguments& a) {
   go(profiled);
 }
 
+// Every rank must be started with the same arguments: a rank with fewer --steps, say, would leave
+// the others waiting in a collective. One all-reduce before the first plan: a mismatch is an error
+// on every rank naming it.
+template <class Comm>
+void check_same_arguments(Comm& world, const arguments& a) {
+  std::ostringstream os;
+  os << a.steps << ' ' << a.dtype << ' ' << a.planner << ' ' << a.optimizer << ' ' << a.lr << ' ' << a.model.vocab << ' '
+     << a.model.hidden << ' ' << a.model.heads << ' ' << a.model.mlp << ' ' << a.model.blocks << ' ' << a.model.causal
+     << ' ' << a.data.min_len << ' ' << a.data.max_len << ' ' << a.data.seed << ' ' << a.sequences << ' ' << a.ring << ' '
+     << a.batch_tokens << ' ' << a.fit_tokens << ' ' << a.profile << ' ' << a.profile_budget << ' ' << a.profile_in << ' '
+     << a.calibrate;
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : os.str()) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  const auto digest = static_cast<std::int64_t>(h >> 2);
+  std::int64_t v[4] = {a.steps, -std::int64_t{a.steps}, digest, -digest};  // max and -min of each
+  world.all_reduce(std::span<std::int64_t>(v), dcp::reduce_op::max);
+  dcp::check(v[0] == -v[1], dcp::errc::mismatch, [&] {
+    return "the ranks were started with different --steps (" + std::to_string(-v[1]) + " to " + std::to_string(v[0]) +
+           "; this rank " + std::to_string(a.steps) + "); start every rank with the same arguments";
+  });
+  dcp::check(v[2] == -v[3], dcp::errc::mismatch, [&] {
+    return "the ranks were started with different arguments (this rank: " + os.str() +
+           "); start every rank with the same arguments";
+  });
+}
+
 template <class Comm>
 void run(Comm& world, const arguments& a) {
+  check_same_arguments(world, a);
   if (a.dtype == "float") run_with_planner<float>(world, a);
   else run_with_planner<double>(world, a);
 }
@@ -283,15 +324,16 @@ void run(Comm& world, const arguments& a) {
 
 int main(int argc, char** argv) {
   arguments a = parse(argc, argv);
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   try {
     if (a.local > 0) {
       if (a.batch_tokens == 0) a.batch_tokens = 1024 * std::int64_t(a.local);
-      dcp::local_world::run(a.local, [&](dcp::local_comm& world) { run(world, a); }, {.timeout = std::chrono::minutes(30)});
+      dcp::local_world::run(a.local, [&](dcp::local_comm& world) { run(world, a); }, {.timeout = timeout});
       return 0;
     }
 #if DCP_HAS_MPI()
     dcp::mpi_environment env(&argc, &argv);
-    auto world = dcp::mpi_comm::world(std::chrono::minutes(30));
+    auto world = dcp::mpi_comm::world(timeout);
     if (a.batch_tokens == 0) a.batch_tokens = 1024 * std::int64_t(world.size());
     run(world, a);
 #else
@@ -301,6 +343,9 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcp-train-cpu: %s\n", e.what());
+#if DCP_HAS_MPI()
+    dcp::abort_mpi_job(1);  // the other ranks may wait for this one in a collective: end them too
+#endif
     return 1;
   }
 }

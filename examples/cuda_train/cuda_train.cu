@@ -558,6 +558,10 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const dcp::error& e) {
     std::cerr << "dcp-train-cuda: " << e.what() << "\n";
-    return e.code() == dcp::errc::unsupported ? 3 : 1;
+    const int code = e.code() == dcp::errc::unsupported ? 3 : 1;
+#if DCP_HAS_MPI()
+    dcp::abort_mpi_job(code);  // the other ranks may wait for this one in a collective: end them too
+#endif
+    return code;
   }
 }

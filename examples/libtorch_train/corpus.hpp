@@ -123,7 +123,7 @@ class corpus {
   static corpus read(const std::string& path) {
     std::ifstream in(path);
     dcp::check(bool(in), dcp::errc::io_error,
-               [&] { return "corpus: cannot open " + path + "; generate one with --write-corpus FILE"; });
+               [&] { return "corpus: cannot open " + path + "; give a corpus file, or a path where rank 0 generates one (--corpus FILE)"; });
     std::string line;
     int line_no = 0;
     auto fail = [&](const std::string& why) {

@@ -68,6 +68,10 @@
 
 namespace {
 
+// The most GPUs a run plans: a planner's tables grow with N, and a count past this is a typo, not a
+// job (the planner benchmark's largest layout is 8192 GPUs).
+constexpr int max_gpus = 131072;
+
 struct cli_options {
   std::string workload = "cogvideox-zipf10";
   std::string lengths;
@@ -232,6 +236,13 @@ int run(const cli_options& o) {
   const std::uint64_t truth_seed = o.truth_seed.value_or(o.seed);
   dcp::check(o.on_infeasible == "error" || o.on_infeasible == "skip", dcp::errc::invalid_argument,
              [&] { return "--on-infeasible '" + o.on_infeasible + "' must be error or skip"; });
+  dcp::check(o.gpus <= max_gpus, dcp::errc::invalid_argument, [&] {
+    return "--gpus " + std::to_string(o.gpus) + " is over the " + std::to_string(max_gpus) +
+           " GPUs dcp-sim plans; give fewer";
+  });
+  dcp::check(o.gpus_per_node >= 1 && o.gpus_per_node <= 1024, dcp::errc::invalid_argument, [&] {
+    return "--gpus-per-node " + std::to_string(o.gpus_per_node) + " must be in [1, 1024]";
+  });
   dcp::check(o.global_batch_tokens >= 0, dcp::errc::invalid_argument, [&] {
     return "--global-batch-tokens " + std::to_string(o.global_batch_tokens) + " must be positive (0 = 262144 * GPUs)";
   });
@@ -280,10 +291,28 @@ int run(const cli_options& o) {
   int gpus = o.gpus;
   std::string device_name = device.name;
   if (!o.cluster.empty()) {
-    std::vector<dcp::device_spec> per_node = std::filesystem::is_regular_file(o.cluster)
+    // A name that looks like a file is read as one, so a typo in its path is named as a missing file.
+    const bool file_like = o.cluster.find('/') != std::string::npos || o.cluster.ends_with(".json");
+    std::vector<dcp::device_spec> per_node = std::filesystem::is_regular_file(o.cluster) || file_like
                                                  ? dcp::read_cluster_json(std::filesystem::path(o.cluster))
                                                  : dcp::devices::cluster(o.cluster);
-    for (auto& d : per_node) d.gpus_per_node = o.gpus_per_node;
+    dcp::check(per_node.size() <= std::size_t{max_gpus} / std::size_t(o.gpus_per_node), dcp::errc::invalid_argument,
+               [&] {
+                 return "--cluster '" + o.cluster + "' has " + std::to_string(per_node.size()) + " nodes of " +
+                        std::to_string(o.gpus_per_node) + " GPUs, over the " + std::to_string(max_gpus) +
+                        " GPUs dcp-sim plans; use fewer nodes";
+               });
+    for (auto& d : per_node) {
+      d.gpus_per_node = o.gpus_per_node;
+      // Every node runs the run's number format, priced against the reference in the same one.
+      if (o.precision == "fp8") {
+        d.precision = dcp::gemm_precision::fp8;
+        dcp::check(d.kernel.fp8_gemm > 0, dcp::errc::invalid_argument, [&] {
+          return "--precision fp8 needs every node of --cluster to have an FP8 GEMM rate, and '" + d.name +
+                 "' has none; use bf16 or nodes with FP8 (h100, h200)";
+        });
+      }
+    }
     nodes = dcp::node_devices(per_node, device);
     const int cluster_gpus = static_cast<int>(nodes.size()) * o.gpus_per_node;
     dcp::check(!o.gpus_given || o.gpus == cluster_gpus, dcp::errc::invalid_argument, [&] {
@@ -393,14 +422,15 @@ int run(const cli_options& o) {
           auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, all, job, *truth, ro);
           runs.rows.push_back(r.metrics), runs.plans.push_back(std::move(r.plans)), runs.executed.push_back(std::move(r.executed));
         } else {
-          auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, all, job, ro);
+          auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, groups, all, job, ro);
           runs.rows.push_back(r.metrics), runs.executed.push_back(r.plans), runs.plans.push_back(std::move(r.plans));
         }
       }
     };
     if (!o.truth_profile.empty()) {
       std::ifstream in(o.truth_profile);
-      dcp::check(in.is_open(), dcp::errc::io_error, [&] {
+      std::error_code ec;
+      dcp::check(in.is_open() && !std::filesystem::is_directory(o.truth_profile, ec), dcp::errc::io_error, [&] {
         return "cannot open --truth-profile '" + o.truth_profile + "'; give a dcp.profile/v1 file for this model, device and GPU count (the profiler writes one)";
       });
       auto profiled = dcp::make_profiled_cost(dcp::read_profile(in, o.truth_profile), cost.model, device.name, o.gpus);
@@ -480,6 +510,9 @@ int run(const cli_options& o) {
       std::cout << "\n";
     }
   }
+  std::cout.flush();  // a table lost to a full disk or a closed pipe is a failed run, not exit 0
+  dcp::check(!std::cout.fail(), dcp::errc::io_error,
+             [] { return std::string("writing the table to standard output failed (a full disk or a closed pipe?)"); });
   return 0;
 }
 
@@ -487,7 +520,7 @@ int run(const cli_options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"dcp-sim: plan every global batch of a workload with DCP and the baselines, on the cost model's "
-               "clock, and compare them (tokens/s, speedup vs bucket, efficiency, imbalance, memory, plan time)"};
+               "clock, and compare them (tokens/s, speedup over the strongest tuned baseline, efficiency, imbalance, memory, plan time)"};
   cli_options o;
   auto* workload = app.add_option("--workload", o.workload, "embedded workload (opensora-zipf{1,10,50}, "
                                                               "cogvideox-zipf{1,10,50}, text-longtail)")
@@ -517,9 +550,10 @@ int main(int argc, char** argv) {
                  "its steps as micro-batches of 1F1B pipelines (dcp's micro-batch shape tuned on the workload, "
                  "as the baselines' knobs are)")
       ->capture_default_str();
-  auto* gpus = app.add_option("--gpus", o.gpus, "number of GPUs N (any positive count; whole nodes beyond one)")
+  auto* gpus = app.add_option("--gpus", o.gpus,
+                              "number of GPUs N (any positive count up to 131072; whole nodes beyond one)")
                    ->capture_default_str();
-  app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node G")->capture_default_str();
+  app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node G (1 to 1024)")->capture_default_str();
   app.add_option("--device", o.device,
                  "device preset: h200 or h100 (the kernel clock, DESIGN 4.6), a100, h200-analytic or "
                  "h100-analytic (section 4's clock) (with --cluster: the clock node speeds are relative to)")
@@ -538,8 +572,9 @@ int main(int argc, char** argv) {
   auto* methods =
       app.add_option("--methods", o.methods,
                      "comma-separated methods: dcp, dcp-no-inter, dcp-no-intra, "
-                     "dcp-no-inter-no-intra, bucket, packed, dynamic_cp; dcp-uniform on a --cluster; oracle "
-                     "with a truth")
+                     "dcp-no-inter-no-intra, bucket, packed, dynamic_cp (each tuning its recompute level); "
+                     "bucket-ckpt-all, packed-ckpt-all, dynamic_cp-ckpt-all (every block checkpointed); "
+                     "dcp-uniform on a --cluster; oracle with a truth")
           ->capture_default_str();
   app.add_option("--comm-budget", o.comm_budget, "communicators per rank the dcp planner may use beyond the world's: "
                                                  "the group sizes it keeps within it on the workload (default: no "

@@ -155,6 +155,27 @@ TEST(Replay, APlanFileReproducesItsMethodOnTheModelAndOnATruth) {
   }
 }
 
+// A plan file's bounds are never read: a forged bound (one that shows efficiency 1) is replaced
+// by the bound computed again on the run's clock, so the replay reports what the run would.
+TEST(Replay, AForgedBoundIsComputedAgain) {
+  const video_run run;
+  const auto batches = run.batches(run.cost);
+  const std::span<const std::vector<sequence>> all(batches);
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const auto made = dcp::sim::run_method("bucket", run.cost, run.data, all, {}, opt);
+  ASSERT_LT(made.metrics.efficiency, 0.999) << "a plan at its bound cannot show a forged one";
+  auto forged = made.plans;
+  for (auto& p : forged) p.lower_bound_s = p.joint_lower_bound_s = p.makespan_s;
+  const auto doc = from_text(to_text(run.cost, forged), "forged.json");
+  const auto replayed = dcp::sim::replay(doc, "forged.json", run.cost, all, job, opt);
+  EXPECT_DOUBLE_EQ(replayed.metrics.efficiency, made.metrics.efficiency);
+  ASSERT_EQ(replayed.plans.size(), made.plans.size());
+  for (std::size_t b = 0; b < made.plans.size(); ++b)
+    EXPECT_DOUBLE_EQ(replayed.plans[b].bound_s(), made.plans[b].bound_s()) << "batch " << b;
+}
+
 // A pipelined plan file keeps what its schedule needs: the stages, each unit's micro-batch order
 // and the warmup depth, so its replay times every batch as the planner did.
 TEST(Replay, APipelinedPlanFileKeepsItsWarmupDepth) {

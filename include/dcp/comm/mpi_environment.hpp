@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <exception>
 #include <string>
 #include <system_error>
 
@@ -45,8 +46,33 @@ inline void mpi_check(int rc, const char* call, const std::string& context) {
 
 }  // namespace detail
 
+/// Ends the whole MPI job at once (`MPI_Abort` on `MPI_COMM_WORLD` with `code`) when MPI is
+/// initialised and not finalised; does nothing otherwise. The error path of a program: after one
+/// rank has printed its error, the others, which may sit in a collective waiting for it, are
+/// stopped by the launcher within seconds instead of timing out. Never returns when it aborts.
+inline void abort_mpi_job(int code) noexcept {
+  int init = 0, fin = 0;
+  if (MPI_Initialized(&init) != MPI_SUCCESS || !init) return;
+  if (MPI_Finalized(&fin) != MPI_SUCCESS || fin) return;
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 /// Initialises MPI for its lifetime (unless already initialised) and finalises it at the end if it
-/// did the initialisation. Requests `MPI_THREAD_SINGLE` by default.
+/// did the initialisation. Requests `MPI_THREAD_SINGLE` by default. Destroyed while an exception
+/// unwinds, it does not finalise: `MPI_Finalize` is collective and would wait for ranks that are
+/// themselves waiting in a collective for this one. The handler that catches the exception prints
+/// it and calls `abort_mpi_job`, which ends every rank:
+///
+/// \code
+/// try {
+///   dcp::mpi_environment env(&argc, &argv);
+///   run(dcp::mpi_comm::world());
+/// } catch (const std::exception& e) {
+///   std::fprintf(stderr, "%s\n", e.what());
+///   dcp::abort_mpi_job(1);
+///   return 1;
+/// }
+/// \endcode
 class mpi_environment {
  public:
   mpi_environment() : mpi_environment(nullptr, nullptr) {}
@@ -63,7 +89,7 @@ class mpi_environment {
   mpi_environment(const mpi_environment&) = delete;
   mpi_environment& operator=(const mpi_environment&) = delete;
   ~mpi_environment() {
-    if (!owner_) return;
+    if (!owner_ || std::uncaught_exceptions() > unwinding_) return;
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
@@ -76,6 +102,7 @@ class mpi_environment {
  private:
   int provided_ = MPI_THREAD_SINGLE;
   bool owner_ = false;
+  int unwinding_ = std::uncaught_exceptions();  // exceptions in flight when it was made
 };
 
 }  // namespace dcp

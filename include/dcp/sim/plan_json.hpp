@@ -222,7 +222,8 @@ void write_plan_json(const std::filesystem::path& path, const C& cost, std::span
   std::ofstream out(path);
   check(out.is_open(), errc::io_error, [&] { return "cannot write plan JSON to '" + path.string() + "'"; });
   write_plan_json(out, cost, plans);
-  check(out.good(), errc::io_error, [&] { return "writing plan JSON to '" + path.string() + "' failed"; });
+  out.close();  // flushes: a full disk fails here, not silently later
+  check(!out.fail(), errc::io_error, [&] { return "writing plan JSON to '" + path.string() + "' failed"; });
 }
 
 /// A plan JSON document read back: the job it was made for and its plans, one per batch.
@@ -450,6 +451,9 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
 
 /// Reads the plan JSON file at `path`; throws `dcp::error(errc::io_error)` when it cannot be opened.
 inline plan_document read_plan_json(const std::filesystem::path& path) {
+  std::error_code ec;
+  check(!std::filesystem::is_directory(path, ec), errc::io_error,
+        [&] { return "cannot read plan JSON '" + path.string() + "': it is a directory; give a dcp.plan file"; });
   std::ifstream in(path);
   check(in.is_open(), errc::io_error, [&] { return "cannot open plan JSON '" + path.string() + "'"; });
   return read_plan_json(in, path.string());

@@ -10,7 +10,8 @@
 /// or a plan that breaks a law of `plan_violations` against its batch and the run's cost model
 /// (a sequence missing or added, a time or memory that is not the model's, a rank outside the
 /// job, a step before its round's barrier) is a `dcp::error` naming the file, the batch and the
-/// fix; nothing is executed then. A document that records frozen networks (`cost_sum`) brings
+/// fix; nothing is executed then. Lower bounds are never read from the file: they are computed
+/// again on the run's clock. A document that records frozen networks (`cost_sum`) brings
 /// them to the run (`replay_frozen`) unless the run names other ones.
 
 #include <algorithm>
@@ -26,9 +27,12 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/cost/cost_sum.hpp>
 #include <dcp/error.hpp>
+#include <dcp/group/group_concepts.hpp>
 #include <dcp/layout.hpp>
+#include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/planning_context.hpp>
 #include <dcp/sequence.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/plan_json.hpp>
@@ -147,10 +151,26 @@ inline std::string replay_name(const plan_document& doc, std::string_view source
   return doc.method + "<" + file + ">";
 }
 
+/// `p` with its lower bounds computed again on `cost` over the blocks `groups` offers (never read
+/// from a file: a forged bound would show any efficiency), over the sequences it plans, with its
+/// speed factors.
+template <cost_model C, group_manager G>
+plan with_recomputed_bounds(plan p, const C& cost, const G& groups) {
+  std::vector<sequence> planned;
+  for (const auto& s : p.steps)
+    for (const auto& q : s.sequences) planned.push_back(sequence{q.id, q.frames, q.spatial});
+  std::sort(planned.begin(), planned.end(), [](const sequence& a, const sequence& b) { return a.id < b.id; });
+  const batch_bounds b = pipelined(lower_bounds(cost, groups, planned, p.speeds), cost.layout().pp);
+  p.lower_bound_s = b.simple_s;
+  p.joint_lower_bound_s = b.joint_s;
+  return p;
+}
+
 /// The checked plans of `doc` measured on `cost`'s clock (their own start times: on the model
-/// they were validated against, those are exact). Plan time is 0: nothing was planned.
-template <cost_model C>
-run_result replay(const plan_document& doc, std::string_view source, const C& cost,
+/// they were validated against, those are exact; their bounds computed again on the run's
+/// `groups`, `with_recomputed_bounds`). Plan time is 0: nothing was planned.
+template <cost_model C, group_manager G>
+run_result replay(const plan_document& doc, std::string_view source, const C& cost, const G& groups,
                   std::span<const std::vector<sequence>> batches, const replay_job& job, const options& opt = {}) {
   check_replay(doc, source, cost, batches, job);
   run_result out;
@@ -158,11 +178,18 @@ run_result replay(const plan_document& doc, std::string_view source, const C& co
   out.metrics.gpus = cost.gpus();
   out.metrics.busy_s.assign(static_cast<std::size_t>(cost.gpus()), 0.0);
   out.metrics.update_s = update_seconds_of(cost);
-  for (const plan& p : doc.plans) {
+  for (const plan& read : doc.plans) {
+    const plan p = with_recomputed_bounds(read, cost, groups);
     out.metrics.add(p, 0.0, 0, peak_memory(p, cost));
     if (opt.keep_plans) out.plans.push_back(p);
   }
   return out;
+}
+/// `replay` in a run on `default_groups(cost)` (buddy blocks), as `run_method(name, cost, ...)`.
+template <cost_model C>
+run_result replay(const plan_document& doc, std::string_view source, const C& cost,
+                  std::span<const std::vector<sequence>> batches, const replay_job& job, const options& opt = {}) {
+  return replay(doc, source, cost, default_groups(cost), batches, job, opt);
 }
 
 /// The checked plans of `doc` executed on the truth `t` (batch i on jitter stream i, as every

@@ -220,7 +220,8 @@ inline void write_svg(const std::filesystem::path& path, std::span<const timelin
   std::ofstream out(path);
   check(out.is_open(), errc::io_error, [&] { return "cannot write SVG to '" + path.string() + "'"; });
   write_svg(out, runs, opt);
-  check(out.good(), errc::io_error, [&] { return "writing SVG to '" + path.string() + "' failed"; });
+  out.close();  // flushes: a full disk fails here, not silently later
+  check(!out.fail(), errc::io_error, [&] { return "writing SVG to '" + path.string() + "' failed"; });
 }
 
 }  // namespace dcp::sim

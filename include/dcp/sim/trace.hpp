@@ -179,7 +179,8 @@ inline void write_trace(const std::filesystem::path& path, std::span<const timel
   std::ofstream out(path);
   check(out.is_open(), errc::io_error, [&] { return "cannot write trace to '" + path.string() + "'"; });
   write_trace(out, runs);
-  check(out.good(), errc::io_error, [&] { return "writing trace to '" + path.string() + "' failed"; });
+  out.close();  // flushes: a full disk fails here, not silently later
+  check(!out.fail(), errc::io_error, [&] { return "writing trace to '" + path.string() + "' failed"; });
 }
 
 }  // namespace dcp::sim
