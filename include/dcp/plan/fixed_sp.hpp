@@ -1,10 +1,12 @@
 #pragma once
 /// \file
-/// What the fixed-sp baselines (`bucket_planner`, `packed_planner`) share once their knobs are
-/// set (DESIGN section 3, "Baselines"): the sp values that hold every sequence with all blocks
-/// checkpointed, the token capacity of a step, synchronised dealing of micro-batches one per
-/// data-parallel group per iteration, and the one `plan` of both (`plan_fixed_sp`). Choosing the
-/// knobs on a workload is not here: `<dcp/workload/tuning.hpp>`.
+/// What the static baselines share once their knobs are set (DESIGN section 3, "Baselines"): the
+/// uniform recompute level (`uniform_recompute`, dynamic_cp's too), what fits a static step (P
+/// micro-batches in flight under pp = P), the sp values and the fewest checkpointed blocks that
+/// hold every sequence, the token capacity of a step, synchronised dealing of micro-batches one
+/// per data-parallel group per iteration (longest first to the least loaded group under
+/// pipelines), and the one `plan` of `bucket_planner` and `packed_planner` (`plan_fixed_sp`).
+/// Choosing the knobs on a workload is not here: `<dcp/workload/tuning.hpp>`.
 
 #include <algorithm>
 #include <cstdint>
@@ -30,8 +32,9 @@ namespace dcp {
 /// The recompute setting of a static baseline: one number of checkpointed blocks for every step
 /// of the run, as its real counterpart exposes it (DESIGN section 3, "Baselines"): Megatron's
 /// `--recompute-granularity full --recompute-method block --recompute-num-layers k`, torchtitan's
-/// per-layer activation checkpointing, Open-Sora's `grad_checkpoint` switch (0 or L). `dcp::tune` chooses it with the planner's other knobs
-/// unless `tune` is false; -1 stands for every block (the default of a planner set by hand).
+/// per-layer activation checkpointing, Open-Sora's `grad_checkpoint` switch (0 or L).
+/// `dcp::tune` chooses it with the planner's other knobs unless `tune` is false; -1 stands for
+/// every block (the default of a planner set by hand).
 struct uniform_recompute {
   int blocks = -1;   ///< checkpointed blocks of every step, 0..L; -1 = all L
   bool tune = true;  ///< `dcp::tune` chooses `blocks` (false: it keeps them)

@@ -10,20 +10,24 @@
 /// planner's pipeline knobs have defaults that tuning improves on).
 ///
 /// \code
-/// const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, dataset);   // sp and fill chosen
+/// const auto bucket = dcp::tune(dcp::bucket_planner{}, cost, dataset);  // sp, fill, recompute level
 /// const auto plan = bucket.plan(cost, batch);
 /// \endcode
 ///
 /// `tune(p, ctx, data, budget, seed)` keeps p's other knobs and tries only sp values the context's
 /// group manager offers blocks of; `tune(p, cost, data, ...)` tunes on `default_groups(cost)`.
+/// A baseline's recompute level (`uniform_recompute`) is tuned with its other knobs unless its
+/// `tune` flag is off. `with_baselines(dcp, ctx, data)` hands the dcp planner the tuned baselines
+/// as candidates of every batch.
 /// `budget_group_sizes(ctx, data, communicators)` chooses the group sizes a job keeps within a
 /// budget of communicators per rank, on the same epoch.
 
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <functional>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
