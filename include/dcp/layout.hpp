@@ -130,7 +130,9 @@ struct parallel_layout {
     });
     check(ep >= 1 && units() % ep == 0, errc::invalid_argument, [&] {
       return "ep = " + std::to_string(ep) +
-             " must be >= 1 and divide the data-parallel domain gpus / tp = " + std::to_string(units());
+             " must be >= 1 and divide the data-parallel domain of a stage, gpus / (tp x pp) = " +
+             std::to_string(gpus) + " / (" + std::to_string(tp) + " x " + std::to_string(pp) + ") = " +
+             std::to_string(units()) + " units";
     });
     check(ring >= 1 && std::has_single_bit(static_cast<unsigned>(ring)), errc::invalid_argument,
           [&] { return "ring = " + std::to_string(ring) + " must be a power of two >= 1 (1 = Ulysses only)"; });

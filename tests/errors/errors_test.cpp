@@ -691,6 +691,8 @@ const std::vector<entry>& catalogue() {
        [] { return lib([] { (void)dcp::sim::parse_truth_spec("slow_gpus=5:1.5"); }); }},
       {"truth-jitter-negative", "invalid_argument", "truth SPEC jitter=-0.1 must be a sigma >= 0",
        [] { return lib([] { (void)dcp::sim::parse_truth_spec("jitter=-0.1"); }); }},
+      {"truth-jitter-too-large", "invalid_argument", "truth SPEC jitter=1000 must be a sigma >= 0 and <= 1",
+       [] { return lib([] { (void)dcp::sim::parse_truth_spec("jitter=1000"); }); }},
       {"truth-gpu-outside-job", "invalid_argument", "truth slow_gpus names GPU 40, but the job has 32 GPUs (0..31)",
        [] {
          return lib([] {

@@ -43,6 +43,9 @@ TEST(LengthsFile, ReadsBothFormsCommentsAndBlankLines) {
   EXPECT_EQ(d[3], dcp::make_sequence(3, 1));
   EXPECT_EQ(d[4], dcp::make_sequence(4, 12));
   EXPECT_EQ(parse("12").at(0), dcp::make_sequence(0, 12));
+  // A UTF-8 byte order mark at the start of the file is not data; anywhere else it is.
+  EXPECT_EQ(parse("\xEF\xBB\xBF" "1000\n12\n"), (dcp::dataset{dcp::make_sequence(0, 1000), dcp::make_sequence(1, 12)}));
+  EXPECT_THROW((void)parse("1000\n\xEF\xBB\xBF" "12\n"), dcp::error);
 }
 
 TEST(LengthsFile, AcceptsTheLimits) {

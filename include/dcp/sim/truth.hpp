@@ -16,7 +16,7 @@
 /// SPEC: `key=value` pairs separated by commas, every key optional and at most once:
 ///   compute=F attention=F intra_bw=F inter_bw=F overhead=F memory=F  (positive factors, default 1)
 ///   slow_gpus=R:F+R:F...  (GPU R runs at speed F, 0 < F <= 1; default none)
-///   jitter=S              (log-normal sigma of every executed micro-step, S >= 0; default 0)
+///   jitter=S              (log-normal sigma of every executed micro-step, 0 <= S <= 1; default 0)
 /// An empty SPEC is the planner's own model.
 
 #include <algorithm>
@@ -37,6 +37,9 @@
 #include <dcp/plan/plan_builder.hpp>
 
 namespace dcp::sim {
+
+/// The largest jitter sigma a truth takes.
+inline constexpr double max_jitter = 1.0;
 
 /// A parsed truth SPEC.
 struct truth_spec {
@@ -140,8 +143,11 @@ inline truth_spec parse_truth_spec(std::string_view spec) {
     else if (key == "memory") factor(out.scales.memory);
     else if (key == "jitter") {
       out.jitter = detail::parse_number(value, "truth SPEC jitter");
-      check(out.jitter >= 0, errc::invalid_argument, [&] {
-        return "truth SPEC jitter=" + std::string(value) + " must be a sigma >= 0 (0 = no jitter, 0.05 = about 5%)";
+      // A sigma past 1 scales steps by factors of e and more: a typo, not a machine (and its fast
+      // draws would end batches far below any bound).
+      check(out.jitter >= 0 && out.jitter <= max_jitter, errc::invalid_argument, [&] {
+        return "truth SPEC jitter=" + std::string(value) +
+               " must be a sigma >= 0 and <= 1 (0 = no jitter, 0.05 = about 5%)";
       });
     } else if (key == "slow_gpus") {
       std::size_t p = 0;
@@ -189,8 +195,8 @@ struct truth {
   void validate() const {
     if constexpr (requires { model.validate(); }) model.validate();
     validate_speeds(speeds, model.gpus());
-    check(std::isfinite(jitter) && jitter >= 0, errc::invalid_argument,
-          [&] { return "truth jitter " + std::to_string(jitter) + " must be a sigma >= 0"; });
+    check(std::isfinite(jitter) && jitter >= 0 && jitter <= max_jitter, errc::invalid_argument,
+          [&] { return "truth jitter " + std::to_string(jitter) + " must be a sigma >= 0 and <= 1"; });
   }
   /// This truth without jitter: the part a planner could know.
   truth deterministic() const {

@@ -58,6 +58,8 @@ inline dataset read_lengths(std::istream& in, std::string_view source_name) {
     ++line_no;
     last_unterminated = in.eof();
     std::string_view rest(line);
+    // Editors on some systems start a text file with a UTF-8 byte order mark: not data.
+    if (line_no == 1 && rest.starts_with("\xEF\xBB\xBF")) rest.remove_prefix(3);
     if (line_no == 1 && rest.starts_with(detail::lengths_header)) {
       std::string_view n = rest.substr(detail::lengths_header.size());
       std::int64_t v = 0;

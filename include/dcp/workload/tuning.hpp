@@ -111,11 +111,12 @@ inline constexpr std::array<double, 6> fill_candidates{1.0, 0.5, 0.25, 0.125, 0.
 
 /// The per-rank token limits a user of dynamic CP tries at `k` checkpointed blocks (< 0: all L):
 /// x_max at that level (`max_tokens_per_gpu(cost, k)`) times each of `fill_candidates`
-/// (x_max / 1 .. / 32).
+/// (x_max / 1 .. / 32); none where not one token per GPU fits at that level.
 template <cost_model C>
 std::vector<std::int64_t> dynamic_cp_limit_candidates(const C& cost, int k = -1) {
   const double x_max = max_tokens_per_gpu(cost, k < 0 ? cost.blocks() : k);
   std::vector<std::int64_t> out;
+  if (x_max < 1) return out;  // not a token per GPU fits at this level: no limit to try
   for (double f : fill_candidates) out.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(x_max * f)));
   return out;
 }
