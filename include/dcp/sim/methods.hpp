@@ -4,16 +4,15 @@
 /// `dcp-no-inter-no-intra`), `bucket`, `packed`, `dynamic_cp` (each baseline tuning its recompute
 /// level with its other knobs), and `bucket-ckpt-all`, `packed-ckpt-all`, `dynamic_cp-ckpt-all`
 /// (the same baselines with every block checkpointed, for continuity; never the strongest
-/// baseline of a table). `with_method` builds the planner a
-/// name stands for, tunes it on the dataset when the method is a tuned system (the baselines),
-/// and hands it to a callable; `run_method` simulates it, on the cost model's clock or
-/// executed on a truth (`sim/execute.hpp`), where `oracle` is also a method: the dcp planner
-/// planning on the truth's deterministic part and speeds, `dcp` calibrates (the start-up probe,
-/// then each batch on the model refitted to what ran) and `dcp-open-loop` keeps the planner on
-/// the cost model alone. On a cluster of named nodes
-/// `dcp-uniform` is the dcp planner planning as if every node were the weakest (its slowest
-/// speed, its smallest capacity), each plan executed on the cluster as it is: what knowing the
-/// cluster is worth.
+/// baseline of a table). `with_method` builds the planner a name stands for, tunes it on the
+/// dataset when the method is a tuned system (the baselines; the `dcp` row gets them tuned as its
+/// candidates, `with_baselines`), and hands it to a callable; `run_method` simulates it, on the
+/// cost model's clock or executed on a truth (`sim/execute.hpp`), where `oracle` is also a method:
+/// the dcp planner planning on the truth's deterministic part and speeds, `dcp` calibrates (the
+/// start-up probe, then each batch on the model refitted to what ran) and `dcp-open-loop` keeps
+/// the planner on the cost model alone. On a cluster of named nodes `dcp-uniform` is the dcp
+/// planner planning as if every node were the weakest (its slowest speed, its smallest capacity),
+/// each plan executed on the cluster as it is: what knowing the cluster is worth.
 
 #include <algorithm>
 #include <array>
