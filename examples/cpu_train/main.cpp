@@ -31,6 +31,7 @@
 #include <dcp/comm/mpi.hpp>
 #endif
 
+#include "../common/trainer_cli.hpp"
 #include "calibrate.hpp"
 #include "profile_step.hpp"
 #include "trainer.hpp"
@@ -61,19 +62,6 @@ struct arguments {
   double timeout_s = 300;     // a collective's wait for the other ranks
 };
 
-// A finite number in [lo, hi] (CLI11's Range lets NaN through: it only compares).
-CLI::Validator finite_in(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < lo || v > hi)
-          return "value " + text + " is not a finite number in [" + CLI::detail::to_string(lo) + ", " +
-                 CLI::detail::to_string(hi) + "]";
-        return {};
-      },
-      "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
-}
-
 // Parses the command line (CLI11: whole-string numbers, each in its range; a bad value is a
 // message naming the option and the value, exit status 2). Exits after --help.
 arguments parse(int argc, char** argv) {
@@ -87,7 +75,7 @@ arguments parse(int argc, char** argv) {
   app.add_option("--dtype", a.dtype, "float or double")->check(CLI::IsMember({"float", "double"}));
   app.add_option("--planner", a.planner, "dcp, bucket or packed")->check(CLI::IsMember({"dcp", "bucket", "packed"}));
   app.add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
-  app.add_option("--lr", a.lr, "learning rate")->check(finite_in(1e-12, 100));
+  app.add_option("--lr", a.lr, "learning rate")->check(trainer_cli::finite_in(1e-12, 100));
   app.add_option("--hidden", a.model.hidden, "model width")->check(CLI::Range(1, 1 << 16));
   app.add_option("--heads", a.model.heads, "attention heads")->check(CLI::Range(1, 1 << 12));
   app.add_option("--mlp", a.model.mlp, "MLP width")->check(CLI::Range(1, 1 << 18));
@@ -101,7 +89,7 @@ arguments parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--fit-tokens", a.fit_tokens,
                  "the analytic planner's device holds this many tokens per rank with nothing checkpointed")
-      ->check(finite_in(1, 1e9));
+      ->check(trainer_cli::finite_in(1, 1e9));
   app.add_option("--seed", a.data.seed, "seed of the synthetic data");
   app.add_option("--ring", a.ring,
                  "steps may split sp = u x r with r <= R (a power of two): ring attention passes K/V blocks "
@@ -112,7 +100,7 @@ arguments parse(int argc, char** argv) {
   app.add_option("--profile-budget", a.profile_budget,
                  "seconds of runs after which the profiler stops doubling batches (0: no limit); batch 1 of every "
                  "length group always runs")
-      ->check(finite_in(0, 1e6));
+      ->check(trainer_cli::finite_in(0, 1e6));
   app.add_option("--profile-out", a.profile_out, "write the profile JSON here");
   app.add_option("--profile-in", a.profile_in, "plan with this profile JSON (from --profile-out)");
   app.add_flag("--quiet-plan", a.quiet_plan, "no per-step plan summary");
@@ -124,7 +112,7 @@ arguments parse(int argc, char** argv) {
                  "with --calibrate, also write rank 0's micro-steps (features, times, predictions) as CSV");
   app.add_option("--timeout", a.timeout_s,
                  "seconds a rank waits in a collective for the others before it reports which one stalled")
-      ->check(finite_in(1, 86400));
+      ->check(trainer_cli::finite_in(1, 86400));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -287,35 +275,21 @@ void run_with_planner(Comm& world, const arguments& a) {
   go(profiled);
 }
 
-// Every rank must be started with the same arguments: a rank with fewer --steps, say, would leave
-// the others waiting in a collective. One all-reduce before the first plan: a mismatch is an error
-// on every rank naming it.
-template <class Comm>
-void check_same_arguments(Comm& world, const arguments& a) {
+// Every value that shapes the run, as text: what `trainer_cli::check_same_arguments` compares
+// across ranks.
+std::string described(const arguments& a) {
   std::ostringstream os;
   os << a.steps << ' ' << a.dtype << ' ' << a.planner << ' ' << a.optimizer << ' ' << a.lr << ' ' << a.model.vocab << ' '
      << a.model.hidden << ' ' << a.model.heads << ' ' << a.model.mlp << ' ' << a.model.blocks << ' ' << a.model.causal
      << ' ' << a.data.min_len << ' ' << a.data.max_len << ' ' << a.data.seed << ' ' << a.sequences << ' ' << a.ring << ' '
      << a.batch_tokens << ' ' << a.fit_tokens << ' ' << a.profile << ' ' << a.profile_budget << ' ' << a.profile_in << ' '
      << a.calibrate;
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : os.str()) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  const auto digest = static_cast<std::int64_t>(h >> 2);
-  std::int64_t v[4] = {a.steps, -std::int64_t{a.steps}, digest, -digest};  // max and -min of each
-  world.all_reduce(std::span<std::int64_t>(v), dcp::reduce_op::max);
-  dcp::check(v[0] == -v[1], dcp::errc::mismatch, [&] {
-    return "the ranks were started with different --steps (" + std::to_string(-v[1]) + " to " + std::to_string(v[0]) +
-           "; this rank " + std::to_string(a.steps) + "); start every rank with the same arguments";
-  });
-  dcp::check(v[2] == -v[3], dcp::errc::mismatch, [&] {
-    return "the ranks were started with different arguments (this rank: " + os.str() +
-           "); start every rank with the same arguments";
-  });
+  return os.str();
 }
 
 template <class Comm>
 void run(Comm& world, const arguments& a) {
-  check_same_arguments(world, a);
+  trainer_cli::check_same_arguments(world, a.steps, described(a));
   if (a.dtype == "float") run_with_planner<float>(world, a);
   else run_with_planner<double>(world, a);
 }

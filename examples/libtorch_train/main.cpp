@@ -28,6 +28,7 @@
 #include <dcp/scheduler.hpp>
 #include <dcp/workload/tuning.hpp>
 
+#include "../common/trainer_cli.hpp"
 #include "corpus.hpp"
 #include "gpt.hpp"
 #include "train.hpp"
@@ -55,19 +56,6 @@ struct arguments {
   double timeout_s = 300;   // a collective's wait for the other ranks
 };
 
-// A finite number in [lo, hi] (CLI11's Range lets NaN through: it only compares).
-CLI::Validator finite_in(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < lo || v > hi)
-          return "value " + text + " is not a finite number in [" + CLI::detail::to_string(lo) + ", " +
-                 CLI::detail::to_string(hi) + "]";
-        return {};
-      },
-      "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
-}
-
 // Parses the command line (CLI11: whole-string numbers, each in its range; a bad value is a
 // message naming the option and the value, exit status 2). Exits after --help.
 arguments parse(int argc, char** argv) {
@@ -78,8 +66,8 @@ arguments parse(int argc, char** argv) {
   app.add_option("--steps", a.steps, "global batches to train")->check(CLI::Range(1, 100'000'000));
   app.add_option("--dtype", a.dtype, "float or double")->check(CLI::IsMember({"float", "double"}));
   app.add_option("--planner", a.planner, "dcp, bucket or packed")->check(CLI::IsMember({"dcp", "bucket", "packed"}));
-  app.add_option("--lr", a.lr, "AdamW learning rate")->check(finite_in(1e-12, 100));
-  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay")->check(finite_in(0, 100));
+  app.add_option("--lr", a.lr, "AdamW learning rate")->check(trainer_cli::finite_in(1e-12, 100));
+  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay")->check(trainer_cli::finite_in(0, 100));
   app.add_option("--hidden", a.model.hidden, "model width")->check(CLI::Range(1, 1 << 16));
   app.add_option("--heads", a.model.heads, "attention heads")->check(CLI::Range(1, 1 << 12));
   app.add_option("--mlp", a.model.mlp, "MLP width")->check(CLI::Range(1, 1 << 18));
@@ -96,7 +84,7 @@ arguments parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--fit-tokens", a.fit_tokens,
                  "the planner's device holds this many tokens per rank with nothing checkpointed")
-      ->check(finite_in(1, 1e9));
+      ->check(trainer_cli::finite_in(1, 1e9));
   app.add_option("--threads", a.threads, "intra-op threads per rank (1: one core per rank)")->check(CLI::Range(1, 1024));
   app.add_flag("--calibrate", a.calibrate,
                "plan with online calibration (dcp planner): the start-up probe runs a few micro-steps of the first "
@@ -108,7 +96,7 @@ arguments parse(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--timeout", a.timeout_s,
                  "seconds a rank waits in a collective for the others before it reports which one stalled")
-      ->check(finite_in(1, 86400));
+      ->check(trainer_cli::finite_in(1, 86400));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -125,28 +113,15 @@ arguments parse(int argc, char** argv) {
   return a;
 }
 
-// Every rank must be started with the same arguments: a rank with fewer --steps, say, would leave
-// the others waiting in a collective. One all-reduce before the first collective of the run: a
-// mismatch is an error on every rank naming it.
-void check_same_arguments(dcp::mpi_comm& world, const arguments& a) {
+// Every value that shapes the run, as text: what `trainer_cli::check_same_arguments` compares
+// across ranks.
+std::string described(const arguments& a) {
   std::ostringstream os;
   os << a.steps << ' ' << a.dtype << ' ' << a.planner << ' ' << a.lr << ' ' << a.weight_decay << ' ' << a.model.hidden
      << ' ' << a.model.heads << ' ' << a.model.mlp << ' ' << a.model.blocks << ' ' << a.corpus_path << ' '
      << a.documents << ' ' << a.min_len << ' ' << a.max_len << ' ' << a.seed << ' ' << a.batch_tokens << ' '
      << a.fit_tokens << ' ' << a.regenerate << ' ' << a.calibrate << ' ' << a.pp;
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : os.str()) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  const auto digest = static_cast<std::int64_t>(h >> 2);
-  std::int64_t v[4] = {a.steps, -std::int64_t{a.steps}, digest, -digest};  // max and -min of each
-  world.all_reduce(std::span<std::int64_t>(v), dcp::reduce_op::max);
-  dcp::check(v[0] == -v[1], dcp::errc::mismatch, [&] {
-    return "the ranks were started with different --steps (" + std::to_string(-v[1]) + " to " + std::to_string(v[0]) +
-           "; this rank " + std::to_string(a.steps) + "); start every rank with the same arguments";
-  });
-  dcp::check(v[2] == -v[3], dcp::errc::mismatch, [&] {
-    return "the ranks were started with different arguments (this rank: " + os.str() +
-           "); start every rank with the same arguments";
-  });
+  return os.str();
 }
 
 void print_step(int step, const step_report& s, int world, double seconds) {
@@ -236,7 +211,7 @@ void train(dcp::mpi_comm& world, const arguments& a, const corpus& data, const d
 }
 
 void run(dcp::mpi_comm& world, const arguments& a) {
-  check_same_arguments(world, a);
+  trainer_cli::check_same_arguments(world, a.steps, described(a));
   // Rank 0 writes the corpus if it is missing; every rank then reads the same file.
   if (world.rank() == 0 && (a.regenerate || !std::filesystem::exists(a.corpus_path))) {
     corpus::generate(a.documents, a.min_len, a.max_len, a.seed).write(a.corpus_path);

@@ -131,12 +131,11 @@ bool fits_static(const C& cost, const sequence& s, int sp, int k) {
 }
 
 /// The sizes of `sizes` (ascending; empty: `default_sp_sizes`, buddy blocks) on which every
-/// sequence of `data` runs as a static step with `k` checkpointed blocks (`fits_static`; k < 0:
-/// all L): the choices of a user who fixes one sp for the whole run.
+/// sequence of `data` runs as a static step with every block checkpointed (`fits_static`): the sp
+/// values a user who fixes one sp for the whole run can choose at any recompute level.
 template <cost_model C>
-std::vector<int> fixed_sp_candidates(const C& cost, std::span<const sequence> data, std::span<const int> sizes = {},
-                                     int k = -1) {
-  if (k < 0) k = cost.blocks();
+std::vector<int> fixed_sp_candidates(const C& cost, std::span<const sequence> data, std::span<const int> sizes = {}) {
+  const int k = cost.blocks();
   // Memory grows with a sequence's load; the largest one decides (checked for all, to stay exact).
   std::vector<int> out;
   const std::vector<int> fallback = sizes.empty() ? default_sp_sizes(cost) : std::vector<int>{};
