@@ -1,13 +1,12 @@
 """Trains the example GPT on real text under dcp, bucket and packed plans and writes the curves.
 
-    torchrun --nproc_per_node 2 --redirects 1 --tee 1 examples/python_train/train.py --out build/python_train
+    .venv/bin/python -m torch.distributed.run --nproc_per_node 2 examples/python_train/train.py --out build/python_train
 
 Every method starts from the same parameters and samples the same global batches (the same
 sampler seed), so the loss curves are the same curve: identical in float64 up to summation
 order, and within float32 rounding in float32. Rank 0 writes ``curves.json`` (per method and
 dtype: the loss and tokens/s of every step, and what the plans used) and ``curves.png`` (loss
 and tokens/s per step) to ``--out``, and prints the largest difference between the methods.
-(``--redirects 1 --tee 1``: torch 1.13's launcher on Python 3.11 fails on its own defaults.)
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ def plot(found, path):
     try:
         import matplotlib
     except ImportError:
-        print(f"no {path}: matplotlib is missing (Debian: apt-get install python3-matplotlib)")
+        print(f"no {path}: matplotlib is missing (scripts/setup-debian installs it into .venv)")
         return False
 
     matplotlib.use("Agg")

@@ -1,7 +1,7 @@
 """dcp.torch under torchrun: parameters after 3 optimizer steps under dcp, bucket and packed plans
 on 1, 2 and 4 CPU ranks (gloo, float64) equal a single-process full-batch run to 1e-10 relative,
 with sp > 1, uneven shards, unequal accumulation, recompute and Ulysses x Ring steps present
-(asserted present). Skipped, saying why, where torch or its gloo backend is missing."""
+(asserted present). Skipped, saying why, where torch 2.x or its gloo backend is missing."""
 
 import json
 import os
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed for this python (Debian: python3-torch)")
+torch = pytest.importorskip("torch", minversion="2", reason="PyTorch 2.x is not installed for this python "
+                            "(scripts/setup-debian installs it into .venv)")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("this PyTorch has no torch.distributed gloo backend", allow_module_level=True)
 
@@ -19,11 +20,9 @@ TOLERANCE = 1e-10
 
 
 def torchrun(nproc, script, *args, timeout=600):
-    """``torchrun --nproc_per_node nproc script args`` with this interpreter. The explicit
-    ``--redirects 1 --tee 1`` (stdout to the launcher's log and the console) sidesteps torch
-    1.13's launcher on Python 3.11, which reads the default "0" as no setting and fails."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--redirects", "1",
-           "--tee", "1", "--master_port", str(29400 + 10 * nproc + os.getpid() % 10), script, *args]
+    """``python -m torch.distributed.run --nproc_per_node nproc script args`` with this interpreter."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+           "--master_port", str(29400 + 10 * nproc + os.getpid() % 10), script, *args]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
