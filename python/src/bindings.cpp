@@ -282,6 +282,9 @@ std::int64_t dict_int(const nb::dict& d, const char* key) {
 // `all_reduce(array, op) -> array`, op "sum" or "max"). The loop moves its tensors itself, so
 // the data-path collectives are refused. Without an object the world only plans: `rank` and
 // `size` are given, and what needs the others says so.
+// dcp.Error, created by the module (below).
+PyObject* dcp_error_type = nullptr;
+
 class python_world {
  public:
   using communicator_concept = dcp::communicator_tag;
@@ -308,7 +311,19 @@ class python_world {
     nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
     const std::size_t n = data.size();
     nb::object sent = nb::cast(nb::ndarray<nb::numpy, T>(copy->data(), 1, &n, owner));
-    nb::object got = world_.attr("all_reduce")(sent, dcp::to_string(op));
+    nb::object got;
+    std::string timed_out;
+    try {
+      got = world_.attr("all_reduce")(sent, dcp::to_string(op));
+    } catch (nb::python_error& e) {
+      // A world that gave up waiting (dcp.Error, code timeout) is named with the call it served.
+      if (dcp_error_type == nullptr || !e.matches(dcp_error_type) || !nb::hasattr(e.value(), "code") ||
+          !nb::isinstance<nb::str>(e.value().attr("code")) || nb::cast<std::string>(e.value().attr("code")) != "timeout")
+        throw;
+      timed_out = nb::cast<std::string>(nb::str(e.value()));
+    }
+    if (!timed_out.empty())
+      throw dcp::error(dcp::errc::timeout, std::string(call_ != nullptr ? call_ : "a collective call") + ": " + timed_out);
     got = np.attr("ascontiguousarray")(got, "dtype"_a = sent.attr("dtype"));
     const auto view = nb::cast<nb::ndarray<const T, nb::c_contig, nb::device::cpu>>(got);
     dcp::check(view.ndim() == 1 && view.shape(0) == n, dcp::errc::invalid_argument, [&] {
@@ -351,6 +366,10 @@ class python_world {
     refuse("recv");
   }
   void barrier() { refuse("barrier"); }
+  /// The scheduler call that is exchanging now ("Scheduler.verify"), for its errors; see `calling`.
+  const char* call_ = nullptr;
+  const nb::object& object() const noexcept { return world_; }
+
   void abort() noexcept { aborted_ = true; }
   bool aborted() const noexcept { return aborted_; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -368,6 +387,15 @@ class python_world {
   std::chrono::milliseconds timeout_ = dcp::default_timeout;
 };
 static_assert(dcp::host_communicator<python_world>);
+
+// Names the scheduler call that may exchange over the world while it runs.
+struct calling {
+  python_world& world;
+  calling(python_world& w, const char* name) : world(w) { world.call_ = name; }
+  ~calling() { world.call_ = nullptr; }
+  calling(const calling&) = delete;
+  calling& operator=(const calling&) = delete;
+};
 
 // The scheduler a Python loop talks to: the dcp planner on blocks of any size, as `dcp.plan`.
 using python_scheduler_type =
@@ -529,6 +557,7 @@ NB_MODULE(_dcp, m) {
                                                    PyExc_RuntimeError, nullptr);
   if (error_type == nullptr) throw nb::python_error();
   m.attr("Error") = nb::handle(error_type);
+  dcp_error_type = error_type;
   nb::register_exception_translator(
       [](const std::exception_ptr& p, void* type) {
         try {
@@ -969,7 +998,15 @@ NB_MODULE(_dcp, m) {
           },
           "cost"_a, "world"_a = nb::none(), "rank"_a = 0, "calibration"_a = false, "probe"_a = true,
           "global_batch_tokens"_a = 0, "seed"_a = 0, "loss"_a = nb::none(), "on_infeasible"_a = nb::none(),
-          "dataset"_a = nb::none())
+          "dataset"_a = nb::none(),
+          "cost: the job (its gpus are the world's ranks). world: an object with rank(), size() and "
+          "all_reduce(array, op) (dcp.torch.World); without one the scheduler plans for `rank`. calibration: True, "
+          "or a dict of calibration options. probe: with calibration on, whether probe() runs a start-up probe of the "
+          "first batch. global_batch_tokens: the token budget of a global batch (0: 262144 x GPUs); seed: the "
+          "shuffle seed, the same on every rank. loss: 'token_mean' (default) or 'sample_mean', how loss weights "
+          "are set. on_infeasible: 'error' (default) or 'skip' a sequence that fits on no group. dataset: the "
+          "training set's lengths, to tune the micro-batch shape under pipeline stages. A collective call the other "
+          "ranks do not make raises dcp.Error (code 'timeout') naming the call, after the world's timeout.")
       .def_prop_ro(
           "pipeline_knobs",
           [](const python_scheduler& s) {
@@ -978,6 +1015,9 @@ NB_MODULE(_dcp, m) {
           },
           "(path_cap, room): the dcp planner's micro-batch shape under pipeline stages, tuned on `dataset` when "
           "given (DESIGN 4.5).")
+      .def_prop_ro(
+          "world", [](const python_scheduler& s) { return s.world.object(); },
+          "The world object the scheduler was built with (None without one).")
       .def_prop_ro("rank", [](const python_scheduler& s) { return s.world.rank(); })
       .def_prop_ro("world_size", [](const python_scheduler& s) { return s.world.size(); })
       .def_prop_ro("cost", [](const python_scheduler& s) { return s.sched.cost(); })
@@ -986,6 +1026,7 @@ NB_MODULE(_dcp, m) {
           "plan",
           [](python_scheduler& s, nb::handle lengths, nb::handle ids) {
             const dcp::dataset batch = to_sequences(lengths, "lengths", ids);
+            const calling call(s.world, "Scheduler.plan");
             nb::gil_scoped_release unlocked;  // the world's exchange takes it back
             return s.sched.plan(std::span<const dcp::sequence>(batch));
           },
@@ -996,6 +1037,7 @@ NB_MODULE(_dcp, m) {
           "probe",
           [](python_scheduler& s, nb::handle lengths, nb::handle ids) {
             const dcp::dataset batch = to_sequences(lengths, "lengths", ids);
+            const calling call(s.world, "Scheduler.probe");
             nb::gil_scoped_release unlocked;
             return s.sched.probe(std::span<const dcp::sequence>(batch));
           },
@@ -1003,7 +1045,12 @@ NB_MODULE(_dcp, m) {
           "The start-up probe of the first batch (calibrating, before the first plan): run and observe its steps, "
           "discard their gradients, then plan.")
       .def(
-          "verify", [](python_scheduler& s, const dcp::plan& p) { s.sched.verify(p); }, "plan"_a,
+          "verify",
+          [](python_scheduler& s, const dcp::plan& p) {
+            const calling call(s.world, "Scheduler.verify");
+            s.sched.verify(p);
+          },
+          "plan"_a,
           "Collective: raises dcp.Error (code mismatch) on every rank unless all ranks hold the same plan.")
       .def(
           "steps_for",

@@ -451,3 +451,27 @@ def test_scheduler_hands_each_rank_its_pipeline_stage():
         assert most <= p.warmup_depth * (3 - stage) + 1
     with pytest.raises(dcp.Error, match="on pp = 1"):
         sched.steps_for(dcp.plan(dcp.Cost("llama3-70b", "h200", gpus=32, tp=2, sharding="zero3"), lengths))
+
+
+def test_scheduler_arguments_are_documented_in_help_and_stubs():
+    """Every argument of dcp.Scheduler is described by help() and by the stubs."""
+    names = ["cost", "world", "calibration", "probe", "global_batch_tokens", "seed", "loss", "on_infeasible", "dataset"]
+    doc = dcp.Scheduler.__init__.__doc__
+    stubs = (REPO / "python" / "src" / "dcp" / "_dcp.pyi").read_text(encoding="utf-8")
+    stub = stubs[stubs.index("class Scheduler:"):]
+    stub = stub[: stub.index("def __init__")]
+    for name in names:
+        assert f"{name}:" in doc, name
+        assert f"``{name}``" in stub, name
+    sig = stubs[stubs.index("class Scheduler:"):]
+    sig = sig[sig.index("def __init__"): sig.index(") -> None")]
+    arguments = [line.strip().split(":")[0] for line in sig.splitlines()[2:] if line.strip()]
+    assert arguments == names[:2] + ["rank"] + names[2:]
+    assert "``rank``" in stub and "`rank`" in doc
+
+
+def test_scheduler_keeps_its_world():
+    """dcp.torch.ProcessGroups reads the plan's world from the scheduler."""
+    world = FakeWorld(1, 4, [])
+    assert dcp.Scheduler(dcp.Cost("llama3-8b", gpus=4), world=world).world is world
+    assert dcp.Scheduler(dcp.Cost("llama3-8b", gpus=4), rank=2).world is None

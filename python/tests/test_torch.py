@@ -1,12 +1,15 @@
 """dcp.torch under torchrun: parameters after 3 optimizer steps under dcp, bucket and packed plans
 on 1, 2 and 4 CPU ranks (gloo, float64) equal a single-process full-batch run to 1e-10 relative,
 with sp > 1, uneven shards, unequal accumulation, recompute and Ulysses x Ring steps present
-(asserted present). Skipped, saying why, where torch 2.x or its gloo backend is missing."""
+(asserted present); so do worlds that are part of the job (replicas, a DeviceMesh dimension).
+Collective calls made by one rank only are dcp.Error (timeout) naming the call. Skipped, saying
+why, where torch 2.x or its gloo backend is missing."""
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -49,6 +52,53 @@ def test_training_under_plans_equals_full_batch(nproc, tmp_path):
     if nproc == 4:
         assert runs["ring/dcp"]["ulysses_and_ring"]
         assert found["process_groups"] > 0
+
+
+@pytest.mark.parametrize("worlds", ["replicas", "uneven", "mesh"])
+def test_worlds_that_are_part_of_the_job_train_exactly(worlds, tmp_path):
+    """Two dcp worlds in one 4-rank job, each planning and training on its own: every rank's
+    parameters equal the full-batch run (the sub-world's ranks once ran all-to-alls on groups
+    of global ranks they were not in, and their gradients were NaN)."""
+    out = tmp_path / "found.json"
+    run = torchrun(4, os.path.join(HERE, "torch_worlds.py"), worlds, str(out))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    found = json.loads(out.read_text())
+    expected = {"replicas": [[0, 1], [0, 1], [2, 3], [2, 3]], "uneven": [[0], [1, 2, 3], [1, 2, 3], [1, 2, 3]],
+                "mesh": [[0, 2], [1, 3], [0, 2], [1, 3]]}[worlds]
+    assert [f["world_ranks"] for f in found] == expected
+    for f in found:
+        assert f["finite"] and f["max_relative_difference"] <= TOLERANCE, f
+        assert f["rank"] == f["world_ranks"].index(f["global_rank"]), f
+        if f["size"] > 1:
+            assert f["max_sp"] > 1, f  # the plans' groups were used
+    if worlds == "uneven":
+        assert all(f["groups_created"] > 0 for f in found[1:])  # split from the 3-rank world
+
+
+def test_collective_calls_on_one_rank_time_out_and_wrong_arguments_are_named(tmp_path):
+    out = tmp_path / "found.json"
+    started = time.monotonic()
+    run = torchrun(2, os.path.join(HERE, "torch_errors.py"), str(out), timeout=300)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert time.monotonic() - started < 120  # three 3 s timeouts, never gloo's 30 minutes
+    zero, one = json.loads(out.read_text())
+    for call, name in (("verify", "Scheduler.verify"), ("calibrating_plan", "Scheduler.plan")):
+        code, message, seconds = zero[call]
+        assert code == "timeout" and message.startswith(name + ": ") and "[0, 1]" in message, zero[call]
+        assert 2.5 < seconds < 30, zero[call]
+    assert zero["after_timeout"][0] == "aborted"
+    for found in (zero, one):
+        t = found["types"]
+        for case in ("world_of_a_string", "timeout_text", "prepare_a_string", "gradients_over_a_list"):
+            assert t[case][0] == "TypeError", (case, t[case])
+        for case in ("timeout_zero", "mesh_without_dim", "mesh_unknown_dim", "dim_of_a_group"):
+            assert t[case][0] == "ValueError", (case, t[case])
+        assert "'dp', 'tp'" in t["mesh_without_dim"][2]
+        assert found["mesh_world"][1:] == [2, [0, 1]]
+        assert found["foreign_steps"] > 0
+        for case in ("foreign_micro_batch", "foreign_group"):
+            assert found[case][:2] == ["Error", "invalid_argument"], (case, found[case])
+            assert "steps_for" in found[case][2]
 
 
 def test_batch_sampler_yields_each_epoch_once_and_resumes():

@@ -53,6 +53,8 @@ def coverage(plan, world):
 
 
 def train(config, method, docs, cost, sched, groups):
+    """Trains under ``method``'s plans on the scheduler's world; the gradients are summed over it."""
+    world = sched.world
     lengths = np.array([d.size - 1 for d in docs])
     sampler = dcp.Sampler(lengths, BATCH_TOKENS, SEED, cost)
     model = make_gpt(config)
@@ -73,10 +75,10 @@ def train(config, method, docs, cost, sched, groups):
             mb = dcp.torch.micro_batch(step, groups, docs)
             logits = model(mb.tokens, mb.positions, mb.context, step.checkpointed_blocks)
             (F.cross_entropy(logits, mb.targets, reduction="none") * mb.weights).sum().backward()
-        dcp.torch.all_reduce_gradients(model.parameters())
+        dcp.torch.all_reduce_gradients(model.parameters(), group=world)
         opt.step()
         batches.append(ids.tolist())
-        for k, v in coverage(plan, dist.get_world_size()).items():
+        for k, v in coverage(plan, world.size()).items():
             seen[k] = max(seen.get(k, v), v)
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), batches, seen
 

@@ -301,12 +301,24 @@ class RankStep:
 
 class Scheduler:
     """The dcp planner for a training loop: plans, this rank's steps and their process groups,
-    verification and online calibration. ``world``: an object with ``rank()``, ``size()`` and
-    ``all_reduce(array, op)`` (``dcp.torch.World``); without one the scheduler plans for ``rank``.
+    verification and online calibration.
+
+    ``cost``: the job (its ``gpus`` are the world's ranks). ``world``: an object with
+    ``rank()``, ``size()`` and ``all_reduce(array, op)`` (``dcp.torch.World``); without one the
+    scheduler plans for ``rank``, and ``verify`` and calibration (collective) raise.
     ``calibration``: True, or a dict of options (memory_margin, min_memory_margin, prior_weight,
     window, learn_speed, speed_tolerance, speed_confidence, half_life, full_fit_steps).
-    ``dataset``: the training set's lengths; under pipeline stages (pp > 1) the planner's
-    micro-batch shape is tuned on it, as ``dcp.plan`` tunes it (``pipeline_knobs``)."""
+    ``probe``: with calibration on, whether ``probe`` runs a start-up probe of the first batch.
+    ``global_batch_tokens``: the token budget of a global batch (0: 262144 x GPUs) and ``seed``
+    the shuffle seed (the same on every rank), both used where the scheduler draws or tunes on
+    the dataset. ``loss``: "token_mean" (every token counts the same, the default) or
+    "sample_mean" (every sequence counts the same): how the plan's loss weights are set.
+    ``on_infeasible``: "error" (default) or "skip" a sequence that fits on no group (reported in
+    ``Plan.skipped``). ``dataset``: the training set's lengths; under pipeline stages (pp > 1)
+    the planner's micro-batch shape is tuned on it, as ``dcp.plan`` tunes it (``pipeline_knobs``).
+    A collective call (``verify``, a calibrating ``plan`` or ``probe``) that the other ranks do
+    not make raises ``dcp.Error`` with code "timeout" naming the call, after the world's timeout
+    (``dcp.torch.World(timeout=...)``)."""
 
     def __init__(
         self,
@@ -324,6 +336,10 @@ class Scheduler:
     @property
     def pipeline_knobs(self) -> Tuple[float, int]:
         """(path_cap, room): the dcp planner's micro-batch shape under pipeline stages."""
+        ...
+    @property
+    def world(self) -> Optional[Any]:
+        """The world object the scheduler was built with (None without one)."""
         ...
     @property
     def rank(self) -> int: ...

@@ -4,7 +4,7 @@ A loop plans each global batch with :class:`dcp.Scheduler`, runs this rank's ste
 sums the gradients over the world and steps its optimizer::
 
     import dcp, dcp.torch
-    world = dcp.torch.World()                       # after torch.distributed.init_process_group
+    world = dcp.torch.World()                       # after init_process_group; or World(group), World(mesh, dim=)
     sched = dcp.Scheduler(dcp.Cost(spec, gpus=world.size()), world=world)
     groups = dcp.torch.ProcessGroups()
     for ids in dcp.torch.BatchSampler(dcp.Sampler(lengths, budget, seed)):
@@ -17,7 +17,7 @@ sums the gradients over the world and steps its optimizer::
             logits = model(mb.tokens, mb.positions, mb.context, step.checkpointed_blocks)
             token_loss = torch.nn.functional.cross_entropy(logits, mb.targets, reduction="none")
             (token_loss * mb.weights).sum().backward()   # weighted, never averaged per rank
-        dcp.torch.all_reduce_gradients(model.parameters())  # SUM: the full batch's gradient
+        dcp.torch.all_reduce_gradients(model.parameters(), group=world)  # SUM: the full batch's gradient
         optimizer.step()
 
 Inside the model, :func:`attention` is sequence-parallel attention over the step's ranks: the
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -67,14 +68,34 @@ def _error(code: str, message: str) -> _dcp.Error:
 
 class World:
     """The world as :class:`dcp.Scheduler` sees it: this rank, the world's size, and the host
-    all-reduce that ``verify`` and calibration exchange, over a torch.distributed group (default:
-    the whole world). Pass it as ``dcp.Scheduler(cost, world=World())``."""
+    all-reduce that ``verify`` and calibration exchange. Pass it as
+    ``dcp.Scheduler(cost, world=World(...))``; plan ranks are ranks of this world.
 
-    def __init__(self, group: Optional[dist.ProcessGroup] = None) -> None:
+    ``group``: the data x sequence-parallel domain that dcp plans for: None (the whole job), a
+    ``ProcessGroup`` (e.g. one replica of ``dist.new_group``), or a ``DeviceMesh`` with ``dim``
+    naming its dimension (a 1-D mesh needs none). Every rank of the group constructs its World
+    together (it creates the world's own gloo group for the host exchange, so that exchange runs
+    on CPU whatever the group's backend). ``timeout``: seconds a host exchange waits for the
+    other ranks; past it the call raises ``dcp.Error`` with code ``timeout`` naming it."""
+
+    def __init__(self, group: Optional[object] = None, *, dim: Optional[str] = None, timeout: float = 300.0) -> None:
         if not dist.is_initialized():
             raise _error("invalid_argument", "dcp.torch.World: torch.distributed is not initialised; call "
                          "torch.distributed.init_process_group first")
-        self.group = group
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"dcp.torch.World: timeout must be a number of seconds, not {type(timeout).__name__}")
+        if not timeout > 0 or timeout == float("inf"):
+            raise ValueError(f"dcp.torch.World: timeout = {timeout} must be a positive, finite number of seconds")
+        self.group: Optional[dist.ProcessGroup] = _domain_of(group, dim)
+        self.timeout = float(timeout)
+        #: global rank of each rank of this world, in world order
+        self.ranks: List[int] = dist.get_process_group_ranks(self.group or dist.group.WORLD)
+        if dist.get_rank() not in self.ranks:
+            raise _error("invalid_argument", f"dcp.torch.World: global rank {dist.get_rank()} is not in the group's "
+                         f"ranks {self.ranks}; only its members construct a World of it")
+        self._host = dist.new_group(self.ranks, timeout=timedelta(seconds=self.timeout), backend="gloo",
+                                    use_local_synchronization=True)
+        self._broken = ""
 
     def rank(self) -> int:
         return dist.get_rank(self.group)
@@ -82,40 +103,109 @@ class World:
     def size(self) -> int:
         return dist.get_world_size(self.group)
 
+    def global_rank(self, rank: int) -> int:
+        """The global rank (torch.distributed's) of this world's ``rank``."""
+        return self.ranks[rank]
+
     def all_reduce(self, array: np.ndarray, op: str) -> np.ndarray:
+        if self._broken:
+            raise _error("aborted", f"dcp.torch.World: {self._broken}; the world's host exchange cannot be used "
+                         "again: end the job, or build a new World on every rank")
+        if op not in ("sum", "max"):
+            raise ValueError(f"dcp.torch.World.all_reduce: op = {op!r} must be 'sum' or 'max'")
         a = np.ascontiguousarray(array)
         unsigned = a.dtype == np.uint64  # torch has no uint64: the same bits as int64 (see verify)
         t = torch.from_numpy(a.view(np.int64) if unsigned else a).clone()
-        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=self.group)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=self._host)
+        except RuntimeError as e:
+            waited = time.monotonic() - start
+            if "timed out" not in str(e).lower() and waited < self.timeout:
+                raise
+            self._broken = (f"global rank {dist.get_rank()} waited {waited:.1f} s (timeout {self.timeout:g} s) "
+                            f"for the other ranks of its world {self.ranks} in a host all-reduce ({op} of {a.size} "
+                            "values); every rank of the world must make this collective call together")
+            raise _error("timeout", self._broken) from e
         out = t.numpy()
         return out.view(np.uint64) if unsigned else out
+
+    def __repr__(self) -> str:
+        return f"dcp.torch.World(rank {self.rank()} of {self.size()}, global ranks {self.ranks})"
+
+
+def _domain_of(group: Optional[object], dim: Optional[str]) -> Optional[dist.ProcessGroup]:
+    """The ProcessGroup of World's ``group`` (a group, a DeviceMesh and its ``dim``, or None)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if isinstance(group, DeviceMesh):
+        names = list(group.mesh_dim_names or [])
+        if dim is None:
+            if group.ndim != 1:
+                raise ValueError(f"dcp.torch.World: a {group.ndim}-D DeviceMesh needs dim=, the name of its data x "
+                                 f"sequence-parallel dimension (one of {names})")
+            return group.get_group()
+        if not isinstance(dim, str):
+            raise TypeError(f"dcp.torch.World: dim must be a mesh dimension's name (str), not {type(dim).__name__}")
+        if dim not in names:
+            raise ValueError(f"dcp.torch.World: the DeviceMesh has no dimension {dim!r}; its dimensions are {names}")
+        return group.get_group(dim)
+    if dim is not None:
+        raise ValueError("dcp.torch.World: dim names a dimension of a DeviceMesh; this group is not one")
+    if group is None or isinstance(group, dist.ProcessGroup):
+        return group
+    raise TypeError(f"dcp.torch.World: group must be None, a torch.distributed ProcessGroup or a DeviceMesh, "
+                    f"not {type(group).__name__}")
 
 
 class ProcessGroups:
     """The process groups of plans' steps, created collectively and cached: ``prepare`` creates
     the groups a plan uses that are not cached yet, in ``Scheduler.process_groups``'s order,
-    which every rank computes alike. A group of the whole world reuses the default group."""
+    which every rank computes alike. The plan's ranks are ranks of the scheduler's
+    :class:`World`; each group is split from the world's group (``torch.distributed.split_group``:
+    every rank of the world takes part, none outside it), so replicas and mesh dimensions each
+    plan on their own. A group of the whole world reuses the world's group."""
 
     def __init__(self) -> None:
-        self._groups: Dict[Tuple[int, ...], dist.ProcessGroup] = {}
-        self.created = 0  #: process groups created by ``new_group``
+        self._groups: Dict[Tuple[int, ...], Optional[dist.ProcessGroup]] = {}  # None: this rank is not in it
+        self.world: Optional[World] = None  #: the world of the plans, set by the first ``prepare``
+        self.created = 0  #: process groups created
 
     def prepare(self, scheduler: _dcp.Scheduler, plan: _dcp.Plan) -> None:
-        """Collective over the world: every rank must call it with the same plan."""
-        world = tuple(range(dist.get_world_size()))
+        """Collective over the scheduler's world: every rank must call it with the same plan."""
+        if not isinstance(scheduler, _dcp.Scheduler):
+            raise TypeError(f"ProcessGroups.prepare: scheduler must be a dcp.Scheduler, not {type(scheduler).__name__}")
+        if not isinstance(plan, _dcp.Plan):
+            raise TypeError(f"ProcessGroups.prepare: plan must be a dcp.Plan, not {type(plan).__name__}")
+        world = scheduler.world
+        if not isinstance(world, World):
+            raise _error("invalid_argument", "ProcessGroups.prepare: the scheduler has no dcp.torch.World; build it "
+                         "as dcp.Scheduler(cost, world=dcp.torch.World(...))")
+        if self.world is None:
+            self.world = world
+        elif world is not self.world:
+            raise _error("mismatch", f"ProcessGroups.prepare: these groups belong to {self.world!r}, the scheduler "
+                         f"to {world!r}; keep one ProcessGroups per World")
+        everyone = tuple(range(world.size()))
         for ranks in scheduler.process_groups(plan):
             key = tuple(ranks)
             if key in self._groups:
                 continue
-            if key == world:
-                self._groups[key] = dist.group.WORLD
-            else:
-                self._groups[key] = dist.new_group(list(key))
-                self.created += 1
+            if key == everyone:
+                self._groups[key] = world.group or dist.group.WORLD
+                continue
+            self._groups[key] = _split(world, list(key))
+            self.created += 1
 
     def __getitem__(self, ranks: Sequence[int]) -> Optional[dist.ProcessGroup]:
-        """The group of ``ranks`` (None for one rank, which needs no group)."""
+        """The group of ``ranks``, ranks of the world (None for one rank, which needs no group).
+        Raises ``dcp.Error`` where this rank is not one of them: its step is another rank's."""
         key = tuple(ranks)
+        if self.world is not None and self.world.rank() not in key:
+            raise _error("invalid_argument", f"dcp.torch.ProcessGroups: rank {self.world.rank()} of the world "
+                         f"(global {dist.get_rank()}) is asked for the group of ranks {list(key)} (global "
+                         f"{[self.world.global_rank(r) for r in key]}), which it is not in; run only this "
+                         "rank's steps (Scheduler.steps_for(plan))")
         if len(key) <= 1:
             return None
         if key not in self._groups:
@@ -125,6 +215,21 @@ class ProcessGroups:
 
     def __len__(self) -> int:
         return len(self._groups)
+
+
+def _split(world: World, ranks: List[int]) -> Optional[dist.ProcessGroup]:
+    """The group of the world's ``ranks``, created collectively by every rank of the world (None
+    on the ranks outside it)."""
+    if hasattr(dist, "split_group"):
+        g = dist.split_group(world.group or dist.group.WORLD, split_ranks=[ranks])
+        return g if isinstance(g, dist.ProcessGroup) else None
+    # Before split_group (torch < 2.6) new_group is collective over the whole job: only a world
+    # that is the whole job can create its groups alike on every rank.
+    if world.size() != dist.get_world_size():
+        raise _error("unsupported", f"dcp.torch: this torch ({torch.__version__}) has no "
+                     "torch.distributed.split_group; a World of part of the job needs torch 2.6 or later")
+    g = dist.new_group([world.global_rank(r) for r in ranks])
+    return g if world.rank() in ranks else None
 
 
 def _shard(n: int, parts: int, index: int) -> Tuple[int, int]:
@@ -186,6 +291,14 @@ def micro_batch(step: _dcp.RankStep, groups: ProcessGroups, documents: Callable[
                 dtype: torch.dtype = torch.float64, device: Optional[torch.device] = None) -> MicroBatch:
     """This rank's token shard of ``step``: ``documents[id]`` (or ``documents(id)``) holds the
     sequence's tokens followed by its last target (``tokens + 1`` of them)."""
+    if not isinstance(step, _dcp.RankStep):
+        raise TypeError(f"micro_batch: step must be a dcp.RankStep (Scheduler.steps_for), not {type(step).__name__}")
+    if not isinstance(groups, ProcessGroups):
+        raise TypeError(f"micro_batch: groups must be dcp.torch.ProcessGroups, not {type(groups).__name__}")
+    if groups.world is not None and groups.world.rank() not in step.gpus:
+        raise _error("invalid_argument", f"micro_batch: the step runs on ranks {list(step.gpus)} of the world, not on "
+                     f"rank {groups.world.rank()} (global {dist.get_rank()}); run only this rank's steps "
+                     "(Scheduler.steps_for(plan))")
     fetch = documents if callable(documents) else documents.__getitem__
     seq_begin = [0]
     for q in step.sequences:
@@ -334,11 +447,17 @@ def checkpoint(function: Callable[..., torch.Tensor], *args) -> torch.Tensor:
     return torch_checkpoint(function, *args, use_reentrant=False)
 
 
-def all_reduce_gradients(parameters, group: Optional[dist.ProcessGroup] = None,
+def all_reduce_gradients(parameters, group: Optional[dist.ProcessGroup | World] = None,
                          extra: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
-    """Sums every parameter's gradient (zero where this rank ran nothing) over ``group`` in one
-    all-reduce: with the plan's loss weights the sum is the full batch's gradient. ``extra`` (a
-    tensor, e.g. the summed loss) rides along and is returned summed."""
+    """Sums every parameter's gradient (zero where this rank ran nothing) over ``group`` (a
+    ProcessGroup or a :class:`World`; default: the whole job) in one all-reduce: with the plan's
+    loss weights the sum over the plan's world is the full batch's gradient. ``extra`` (a tensor,
+    e.g. the summed loss) rides along and is returned summed."""
+    if isinstance(group, World):
+        group = group.group
+    elif group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"all_reduce_gradients: group must be a ProcessGroup or a dcp.torch.World, not "
+                        f"{type(group).__name__}")
     params = [p for p in parameters if p.requires_grad]
     if not params:
         return extra
