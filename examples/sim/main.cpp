@@ -412,14 +412,16 @@ int run(const cli_options& o) {
       for (int sp : *dcp_groups.only) header.groups += " " + std::to_string(sp);
       header.groups += ")";
     }
-    const dcp::sim::replay_job job{cost.model.name, device.name};
-    for (std::size_t f = 0; f < replays.size(); ++f) dcp::sim::check_replay(replays[f], o.plan_in[f], pcost, all, job);
+    const dcp::sim::replay_job job{cost.model.name, device.name, o.comm_budget,
+                                   device.kernel.enabled() ? dcp::to_string(device.precision) : std::string()};
+    for (std::size_t f = 0; f < replays.size(); ++f)
+      dcp::sim::check_replay(replays[f], o.plan_in[f], pcost, groups, all, job);
     auto add_replays = [&](const auto* truth) {
       for (std::size_t f = 0; f < replays.size(); ++f) {
         dcp::sim::options ro = opt;
         ro.keep_plans = true;
         if (truth) {
-          auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, all, job, *truth, ro);
+          auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, groups, all, job, *truth, ro);
           runs.rows.push_back(r.metrics), runs.plans.push_back(std::move(r.plans)), runs.executed.push_back(std::move(r.executed));
         } else {
           auto r = dcp::sim::replay(replays[f], o.plan_in[f], pcost, groups, all, job, ro);
@@ -433,7 +435,8 @@ int run(const cli_options& o) {
       dcp::check(in.is_open() && !std::filesystem::is_directory(o.truth_profile, ec), dcp::errc::io_error, [&] {
         return "cannot open --truth-profile '" + o.truth_profile + "'; give a dcp.profile/v1 file for this model, device and GPU count (the profiler writes one)";
       });
-      auto profiled = dcp::make_profiled_cost(dcp::read_profile(in, o.truth_profile), cost.model, device.name, o.gpus);
+      auto profiled = dcp::make_profiled_cost(dcp::read_profile(in, o.truth_profile), cost.model, device.name, o.gpus,
+                                              cost.gpus_per_node());
       const auto truth = dcp::sim::make_truth(on_truth(std::move(profiled), dcp::cost_scales{}), spec, truth_seed);
       header.truth = "profile " + o.truth_profile + (o.truth ? " with " + *o.truth : std::string());
       header.truth_seed = truth_seed;
@@ -510,6 +513,11 @@ int run(const cli_options& o) {
       std::cout << "\n";
     }
   }
+  for (const auto& r : rows)  // a row of zeros must not pass for a result
+    if (r.tokens == 0 && r.skipped > 0)
+      std::cerr << "dcp-sim: warning: " << r.method << " trained no token: all " << r.skipped
+                << " sequences were skipped, none fits any configuration on " << cost.layout().gpus
+                << " GPUs (--on-infeasible skip); use more GPUs or memory\n";
   std::cout.flush();  // a table lost to a full disk or a closed pipe is a failed run, not exit 0
   dcp::check(!std::cout.fail(), dcp::errc::io_error,
              [] { return std::string("writing the table to standard output failed (a full disk or a closed pipe?)"); });

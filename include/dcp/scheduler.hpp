@@ -7,7 +7,7 @@
 /// sched.set_dataset(my_lengths);                      // ids + shapes
 /// for (int it = 0; it < iters; ++it) {
 ///   auto batch = sched.sampler().next();              // same on every rank
-///   auto plan = sched.plan(batch.sequences);          // no communication
+///   auto plan = sched.plan(batch.sequences);          // no communication (calibrating: one exchange of measurements)
 ///   sched.verify(plan);                               // one all-reduce: ranks agree
 ///   for (auto& step : sched.steps_for(plan))          // this rank's micro-steps, in order
 ///     train_micro_step(step.sequences, step.comm(), step.checkpointed_blocks);  // loss *= weights

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -178,6 +179,40 @@ TEST(calibrator, memory_margin_tightens_below_the_prediction_and_widens_above) {
   const double wide = margin_with([](std::size_t i, double b) { return b * (i % 3 == 0 ? 1.12 : i % 3 == 1 ? 0.97 : 1.0); });
   EXPECT_GT(wide, 0.05);
   EXPECT_LT(wide, 0.15);
+}
+
+// A member that ran out of memory with its peak unknown reports +infinity: the calibrator takes
+// the capacity it filled (a lower bound of the true peak), so the margin widens at least to the
+// shape's excess over the fit and the shape no longer fits; a NaN is still refused.
+TEST(calibrator, an_out_of_memory_step_with_unknown_peak_widens_the_margin) {
+  const auto p = calib_test::prior(8);
+  rng g(7);
+  const auto steps = calib_test::observe_on(p, 40, g);
+  dcp::calibrator c(p, {.enabled = true});
+  // The step that runs out: of those the prior thinks fit the device, the largest.
+  const double capacity = p.shape.capacity();
+  std::size_t out = steps.size();
+  double most = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& o = steps[i];
+    const double predicted = p.memory(o.load, o.sp, o.checkpointed_blocks);
+    if (predicted < capacity && predicted > most) most = predicted, out = i;
+  }
+  ASSERT_LT(out, steps.size()) << "no step the prior thinks fits";
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& o = steps[i];
+    const double peak = i == out ? std::numeric_limits<double>::infinity() : o.peak_bytes;
+    c.add({o.load, {0, o.sp}, o.checkpointed_blocks, std::vector<double>(std::size_t(o.sp), i == out ? 0.0 : o.seconds),
+           std::vector<double>(std::size_t(o.sp), peak)});
+  }
+  c.refit();
+  const auto& o = steps[out];
+  EXPECT_GE(c.model().memory(o.load, o.sp, o.checkpointed_blocks) * (1 + c.model().memory_margin),
+            capacity * (1 - 1e-9))
+      << "after the refit the shape that ran out no longer fits the planning capacity";
+  EXPECT_THROW(c.add({o.load, {0, o.sp}, o.checkpointed_blocks, std::vector<double>(std::size_t(o.sp), 1.0),
+                      std::vector<double>(std::size_t(o.sp), std::nan(""))}),
+               dcp::error);
 }
 
 // The margin is the worst excess plus its uncertainty: with fewer than two degrees of freedom

@@ -135,6 +135,17 @@ outcome cli(const std::string& args) {
 
 // ---- fixtures of the entries --------------------------------------------------------------------
 
+// dcp's plans of the default workload on 8 GPUs over groups of every size (they use sizes buddy
+// blocks do not offer, and several communicators per rank), written once by dcp-sim.
+std::string any_groups_plan() {
+  static const std::string path = [] {
+    const std::string p = (scratch() / "any-groups-plan.json").string();
+    const outcome made = cli("--gpus 8 --methods dcp --plan-out '" + p + "'");
+    return made.kind == "exit 0" ? p : std::string("(dcp-sim failed to write it: ") + made.messages.front() + ")";
+  }();
+  return path;
+}
+
 dcp::analytic_cost cost8() {
   return dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
 }
@@ -294,6 +305,8 @@ const std::vector<entry>& catalogue() {
        [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h100", 8); }); }},
       {"profile-other-world-size", "mismatch", "it was made for 8 GPUs, the job has 16",
        [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h200", 16); }); }},
+      {"profile-other-gpus-per-node", "mismatch", "it was made for 8 GPUs per node, the job has 4",
+       [] { return lib([] { dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h200", 8, 4); }); }},
       {"cost-model-other-world", "mismatch", "the cost model is for 8 GPUs but the world has 1 ranks",
        [] {
          return lib([] {
@@ -424,6 +437,26 @@ const std::vector<entry>& catalogue() {
            dcp::validate(m);
          });
        }},
+      {"model-too-many-blocks", "invalid_argument", "blocks = 65537 must be in [1, 65536]",
+       [] {
+         return lib([] {
+           auto m = dcp::models::llama3_8b();
+           m.blocks = 65537;
+           dcp::validate(m);
+         });
+       }},
+      {"cross-attention-text-too-long", "invalid_argument",
+       "cross_attention_tokens = 2147483647 of model 'wan2.1-14b': the text's keys and values of one sequence alone",
+       [] {
+         return lib([] {
+           auto m = dcp::models::wan2_1_14b();
+           m.cross_attention_tokens = 2147483647;
+           dcp::make_analytic_cost(m, dcp::devices::h200_analytic(), 16);
+         });
+       }},
+      {"pp-more-than-block-pairs", "invalid_argument",
+       "pp = 29 stages for the 28 spatial-temporal block pairs of model 'stdit3-xl'; use 1 <= pp <= 28",
+       [] { return lib([] { (void)dcp::pipeline_stage(dcp::models::stdit3_xl(), 29); }); }},
       {"tp-not-dividing", "invalid_argument", "tp = 3 must be a power of two dividing gpus_per_node = 8",
        [] {
          return lib([] {
@@ -705,6 +738,19 @@ const std::vector<entry>& catalogue() {
        [] {
          return lib([] { (void)dcp::sim::make_truth(dcp::profiled_cost{}, dcp::sim::parse_truth_spec("attention=1.3"), 0); });
        }},
+      {"truth-cannot-time-step", "invalid_argument",
+       "the truth cannot time step 0 of batch 0 (sp = 2, 42 blocks checkpointed) nor its re-run",
+       [] {
+         return lib([] {
+           const auto truth = dcp::sim::make_truth(
+               dcp::make_profiled_cost(valid_profile(), dcp::models::cogvideox_5b(), "h200", 8),
+               dcp::sim::parse_truth_spec(""), 0);
+           dcp::bucket_planner on_two;
+           on_two.sp = 2;
+           const auto p = on_two.plan(cost8(), std::vector{dcp::make_sequence(0, 1000)});
+           (void)dcp::sim::execute(p, truth, 0);
+         });
+       }},
       {"speeds-wrong-count", "invalid_argument", "2 GPU speed factors for 32 GPUs; give one per GPU, or none (all 1)",
        [] {
          return lib([] {
@@ -765,6 +811,31 @@ const std::vector<entry>& catalogue() {
       {"cli-oracle-without-truth", "exit 1",
        "dcp-sim: error: method 'oracle' plans on a truth clock; give --truth SPEC or --truth-profile FILE",
        [] { return cli("--methods dcp,oracle"); }},
+      {"cli-replay-other-groups", "exit 1", "not a block the group manager offers",
+       [] { return cli("--gpus 8 --methods dcp --groups buddy --plan-in '" + any_groups_plan() + "'"); }},
+      {"cli-replay-over-comm-budget", "exit 1", "communicators per rank beyond the world's, this run allows 1",
+       [] { return cli("--gpus 8 --methods dcp --comm-budget 1 --plan-in '" + any_groups_plan() + "'"); }},
+      {"cli-replay-other-precision", "exit 1", "made with fp8 GEMMs, this run prices bf16; pass --precision fp8",
+       [] {
+         const std::string fp8 = (scratch() / "fp8-plan.json").string();
+         const outcome made = cli("--gpus 8 --methods dcp --precision fp8 --plan-out '" + fp8 + "'");
+         if (made.kind != "exit 0") return made;
+         return cli("--gpus 8 --methods dcp --plan-in '" + fp8 + "'");
+       }},
+      {"replay-skips-a-feasible-sequence", "mismatch", "sequence 0 is listed as skipped but fits this run",
+       [] {
+         return lib([] {
+           const auto cost = cost8();
+           const std::vector<std::vector<dcp::sequence>> batch{{dcp::make_sequence(0, 1000), dcp::make_sequence(1, 2000)}};
+           dcp::plan p = dcp::dcp_planner{}.plan(cost, std::vector{batch[0][1]});
+           p.skipped.push_back({0, cost.tokens_of(batch[0][0]), "moved here"});
+           dcp::sim::plan_document doc;
+           doc.method = "dcp", doc.gpus = 8, doc.gpus_per_node = 8, doc.layout = cost.layout();
+           doc.memory_capacity_bytes = cost.capacity(), doc.model = cost.model.name, doc.device = cost.device.name;
+           doc.plans = {p};
+           dcp::sim::check_replay(doc, "f.json", cost, batch, {cost.model.name, cost.device.name, {}, {}});
+         });
+       }},
       {"cli-cluster-gpus-disagree", "exit 1",
        "dcp-sim: error: --gpus 16 but --cluster 'h100x2,h200x2' has 4 nodes of 8 GPUs (32)",
        [] { return cli("--cluster h100x2,h200x2 --gpus 16"); }},

@@ -126,10 +126,16 @@ struct reference {
       return 16 * Pall / N + 6 * std::max(largest, double(m.vocab) * double(m.hidden) / tp);
     return 4 * Pg + 12 * Pall / N;
   }
+  // beta_b: a block with a cross-attention also keeps its query projection's input, its queries and
+  // its output (bf16) and its log-sum-exp per head (fp32), per token.
+  double beta_b() const {
+    const double h = double(m.hidden);
+    return m.cross_attention_tokens ? d.beta + (2 * (h + hq() + ho()) + 4.0 * m.heads) / h : d.beta;
+  }
   double memory(double tokens, int sp, int k) const {
     const double L = m.blocks, x = tokens / (sp * tp), h = double(m.hidden);
-    const double beta_prime = std::max(d.beta, lambda() * double(m.vocab) / h);
-    return static_memory() + ((L - k) * d.beta + 2 * k + beta_prime) * h * x;
+    const double beta_prime = std::max(beta_b(), lambda() * double(m.vocab) / h);
+    return static_memory() + ((L - k) * beta_b() + 2 * k + beta_prime) * h * x;
   }
   double time(std::span<const double> ns, int sp, int k) const {
     const double L = m.blocks, h = double(m.hidden);
@@ -574,6 +580,28 @@ TEST(ModelFormulas, LayoutsTradeMemoryForCommunication) {
   EXPECT_GT(ep8.time(l, 1, 0), ep1.time(l, 1, 0));
 }
 
+// A cross-attention's memory per token is priced (beta_b above beta), and a text whose keys and
+// values of one sequence cannot fit the job at all is refused up front (2^31 - 1 text tokens
+// "fitted" when nothing of it was priced); so is a block count no model has.
+TEST(ModelFormulas, CrossAttentionMemoryIsPricedAndCountsBeyondAnyModelAreRefused) {
+  constexpr auto invalid = dcp::errc::invalid_argument;
+  auto wan = dcp::models::wan2_1_14b();
+  const auto cost = make(wan, 16, 1, 1, sharding_kind::zero1);
+  auto no_cross = wan;
+  no_cross.cross_attention_tokens = 0;
+  const auto without = make(no_cross, 16, 1, 1, sharding_kind::zero1);
+  EXPECT_GT(cost.block_beta(), cost.device.beta + 6);  // 2 (h + h + h) / h plus the log-sum-exp
+  EXPECT_EQ(without.block_beta(), without.device.beta);
+  const auto load = cost.load_of(dcp::make_sequence(0, 32768));
+  EXPECT_GT(cost.memory(load, 2, 0) - cost.static_memory(), without.memory(load, 2, 0) - without.static_memory());
+  wan.cross_attention_tokens = 2147483647;
+  EXPECT_DCP_ERROR((void)make(wan, 16, 1, 1, sharding_kind::zero1), invalid, "cross_attention_tokens = 2147483647",
+                   "text tokens fit");
+  auto deep = dcp::models::llama3_8b();
+  deep.blocks = dcp::max_blocks + 1;
+  EXPECT_DCP_ERROR(dcp::validate(deep), invalid, "blocks = 65537 must be in [1, 65536]");
+}
+
 TEST(ModelFormulas, LayoutValidationNamesTheValue) {
   constexpr auto invalid = dcp::errc::invalid_argument;
   const auto llama = dcp::models::llama3_70b();
@@ -632,8 +660,9 @@ TEST(ModelGolden, MatchesTheStoredValues) {
         "sections 4.1 and 4.2 on the h200 preset: 1D sequences of the given token counts, sp in planner units (TP "
         "groups), the presets' vocabularies included (llama3-70b 128256, qwen3-30b-a3b 151936, untied, full loss), "
         "time = max(t_comp + t_comm + t_over, [zero3] 3 L (alpha + V_b / bw_dp) + 3 n_V (alpha + V_V / bw_dp)) with "
-        "t_comp = ((3 + k/L) F + 3 F_V) / (sp tp peak eff(x)), memory = M_static + ((L-k) beta + 2k + beta') h N_tok / "
-        "(sp tp), beta' = max(beta, 6 V / h). Match to 1e-9 relative.";
+        "t_comp = ((3 + k/L) F + 3 F_V) / (sp tp peak eff(x)), memory = M_static + ((L-k) beta_b + 2k + beta') h N_tok / "
+        "(sp tp), beta' = max(beta_b, 6 V / h), beta_b = beta + (2 (h + w_q + w_o) + 4 H) / h with a cross-attention, "
+        "else beta. Match to 1e-9 relative.";
     j["cases"] = golden_cases();
     std::ofstream(out) << j.dump(1) << "\n";
   }
@@ -728,6 +757,11 @@ TEST(ModelConfig, MissingOrInconsistentFieldsAreNamed) {
       {R"({"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 256,
            "attention": "factorized_2d"})",
        "even number of blocks"},
+      {R"({"hidden_size": 64, "num_hidden_layers": 2147483647, "num_attention_heads": 4, "intermediate_size": 256})",
+       "blocks = 2147483647 must be in [1, 65536]"},
+      {R"({"hidden_size": 64, "num_layers": 2147483647, "num_single_layers": 2147483647, "num_attention_heads": 4,
+           "intermediate_size": 256})",
+       "num_layers = 2147483647 and num_single_layers = 2147483647 make more than 65536 blocks"},
       {R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
            "kv_lora_rank": 16, "qk_nope_head_dim": 16})",
        "missing field 'qk_rope_head_dim'"},

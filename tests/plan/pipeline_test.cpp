@@ -973,6 +973,16 @@ TEST(PipelineModel, StagesSplitTheBlocksAndTheLayoutIsChecked) {
   EXPECT_EQ(dcp::pipeline_stage(whole, 1), whole);
   EXPECT_TRUE(dcp_test::throws_dcp_error("too many stages", [&] { (void)dcp::pipeline_stage(whole, whole.blocks + 1); },
                                          dcp::errc::invalid_argument, {"pp = 33", "use 1 <= pp <= 32"}));
+  // Factorized 2D attention splits by (spatial, temporal) pairs: 28 pairs of stdit3-xl over 3
+  // stages are 10, 9 and 9, the heaviest 20 blocks, a valid model (it was 19, an odd count).
+  const auto video = dcp::models::stdit3_xl();
+  const auto pairs = dcp::pipeline_stage(video, 3);
+  EXPECT_EQ(pairs.blocks, 20);
+  EXPECT_NO_THROW(dcp::validate(pairs));
+  EXPECT_TRUE(dcp_test::throws_dcp_error("too many stages for the pairs",
+                                         [&] { (void)dcp::pipeline_stage(video, video.blocks / 2 + 1); },
+                                         dcp::errc::invalid_argument,
+                                         {"pp = 29 stages for the 28 spatial-temporal block pairs", "use 1 <= pp <= 28"}));
   // A whole model on a pipelined layout prices the wrong thing: refused.
   EXPECT_TRUE(dcp_test::throws_dcp_error("whole model",
                                          [&] {

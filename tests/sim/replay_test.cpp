@@ -21,6 +21,7 @@
 #include <dcp/cost/analytic.hpp>
 #include <dcp/cost/cost_sum.hpp>
 #include <dcp/error.hpp>
+#include <dcp/group/contiguous_groups.hpp>
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/dcp_planner.hpp>
@@ -131,7 +132,7 @@ TEST(Replay, APlanFileReproducesItsMethodOnTheModelAndOnATruth) {
   const video_run run;
   const auto batches = run.batches(run.cost);
   const std::span<const std::vector<sequence>> all(batches);
-  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, {}, {}};
   const auto truth = dcp::sim::make_truth(dcp::sim::parse_truth_spec("attention=1.3,slow_gpus=3:0.8,jitter=0.05"),
                                           run.cost, 11);
   dcp::sim::options opt;
@@ -161,7 +162,7 @@ TEST(Replay, AForgedBoundIsComputedAgain) {
   const video_run run;
   const auto batches = run.batches(run.cost);
   const std::span<const std::vector<sequence>> all(batches);
-  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, {}, {}};
   dcp::sim::options opt;
   opt.keep_plans = true;
   const auto made = dcp::sim::run_method("bucket", run.cost, run.data, all, {}, opt);
@@ -197,7 +198,7 @@ TEST(Replay, APipelinedPlanFileKeepsItsWarmupDepth) {
   EXPECT_NE(text.find("\"warmup_depth\""), std::string::npos);
   const auto doc = from_text(text, "piped.json");
   EXPECT_EQ(doc.layout.pp, 4);
-  const dcp::sim::replay_job job{cost.model.name, cost.device.name};
+  const dcp::sim::replay_job job{cost.model.name, cost.device.name, {}, {}};
   const auto replayed = dcp::sim::replay(doc, "piped.json", cost, all, job, opt);
   EXPECT_EQ(replayed.plans, made.plans);
   EXPECT_DOUBLE_EQ(replayed.metrics.makespan_s, made.metrics.makespan_s);
@@ -212,7 +213,7 @@ TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
   const video_run run;
   const auto batches = run.batches(run.cost);
   const std::span<const std::vector<sequence>> all(batches);
-  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, {}, {}};
   dcp::sim::options opt;
   opt.keep_plans = true;
   const auto made = dcp::sim::run_method("dcp", run.cost, run.data, all, {}, opt);
@@ -225,7 +226,7 @@ TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
   const auto bigger = dcp::make_analytic_cost(dcp::models::stdit3_xl(), dcp::devices::h200_analytic(), 16);
   EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", bigger, all, job), dcp::errc::mismatch,
                    "plan file 'f.json': made for 8 GPUs, this run has 16", "--gpus 8");
-  EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", run.cost, all, {"llama3-8b", "h200"}),
+  EXPECT_DCP_ERROR(dcp::sim::check_replay(from_text(text), "f.json", run.cost, all, {"llama3-8b", "h200", {}, {}}),
                    dcp::errc::mismatch, "made for model 'stdit3-xl', this run plans 'llama3-8b'");
   auto zero3 = run.cost;
   zero3.parallel.sharding = dcp::sharding_kind::zero3;
@@ -245,13 +246,70 @@ TEST(Replay, APlanThatDoesNotFitTheRunIsAClearError) {
                    "cost model says", "--frozen");
 }
 
+// What a file could forge beyond its times is derived again from the run: its steps must sit on
+// blocks the run's group manager offers (--groups), its plans keep within the run's communicator
+// budget (--comm-budget), a skipped sequence must fit nowhere in the run, and a kernel-clock file
+// names the GEMM precision it was priced in.
+TEST(Replay, APlanIsHeldToTheRunsGroupsBudgetSkipsAndPrecision) {
+  // cogvideox-5b's 48 heads on 8 GPUs: groups of 3 and 6 are legal, and buddy blocks lack them.
+  struct {
+    dcp::analytic_cost cost = dcp::make_analytic_cost(dcp::models::cogvideox_5b(), dcp::devices::h200_analytic(), 8);
+    dcp::dataset data;
+  } run;
+  run.data = dcp::workloads::make("cogvideox-zipf10", 0);  // dcp-sim --gpus 8's run: it uses 3 GPUs
+  const auto batches = dcp::epoch_batches(run.cost, run.data, 8 * 262144, 0);
+  const std::span<const std::vector<sequence>> all(batches);
+  dcp::sim::options opt;
+  opt.keep_plans = true;
+  const dcp::contiguous_groups any{run.cost.gpus(), run.cost.gpus_per_node(), dcp::group_sizes::any};
+  const auto made =
+      dcp::sim::run_method("dcp", dcp::planning_context{run.cost, dcp::selective_recompute{}, any}, run.data, all, {}, opt);
+  const auto doc = from_text(to_text(run.cost, made.plans));
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, {}, {}};
+  EXPECT_NO_THROW(dcp::sim::check_replay(doc, "f.json", run.cost, any, all, job));
+  bool odd = false;  // a size buddy blocks do not offer
+  for (const auto& p : made.plans)
+    for (const auto& st : p.steps) odd = odd || (st.sp() & (st.sp() - 1)) != 0;
+  ASSERT_TRUE(odd) << "dcp on every size should use one that is not a power of two here";
+  EXPECT_DCP_ERROR(dcp::sim::check_replay(doc, "f.json", run.cost, all, job), dcp::errc::mismatch,
+                   "not a block the group manager offers", "--groups");
+  // The budget: the plans' own count passes, one less does not.
+  const int used = made.metrics.communicators_per_rank;
+  ASSERT_GE(used, 2);
+  auto budget = job;
+  budget.comm_budget = used;
+  EXPECT_NO_THROW(dcp::sim::check_replay(doc, "f.json", run.cost, any, all, budget));
+  budget.comm_budget = used - 1;
+  EXPECT_DCP_ERROR(dcp::sim::check_replay(doc, "f.json", run.cost, any, all, budget), dcp::errc::mismatch,
+                   "its plans need " + std::to_string(used) + " communicators per rank beyond the world's, this run "
+                   "allows " + std::to_string(used - 1));
+  // A sequence that fits, listed as skipped: the plan of the batch without it holds every other
+  // sequence exactly once, so only the re-check of the list can see it.
+  std::vector<sequence> rest(batches[0].begin() + 1, batches[0].end());
+  dcp::plan without = dcp::dcp_planner{}.plan(dcp::planning_context{run.cost, dcp::selective_recompute{}, any},
+                                              std::span<const sequence>(rest));
+  without.skipped.push_back({batches[0][0].id, run.cost.tokens_of(batches[0][0]), "moved here"});
+  auto one = doc;
+  one.plans = {without};
+  const std::span<const std::vector<sequence>> first = all.first(1);
+  EXPECT_DCP_ERROR(dcp::sim::check_replay(one, "f.json", run.cost, any, first, job), dcp::errc::mismatch,
+                   "sequence " + std::to_string(batches[0][0].id) + " is listed as skipped but fits this run");
+  // A file priced in fp8 GEMMs replayed in a bf16 run names the precision.
+  auto fp8 = doc;
+  fp8.precision = "fp8";
+  auto bf16 = job;
+  bf16.precision = "bf16";
+  EXPECT_DCP_ERROR(dcp::sim::check_replay(fp8, "f.json", run.cost, any, all, bf16), dcp::errc::mismatch,
+                   "made with fp8 GEMMs, this run prices bf16", "--precision fp8");
+}
+
 TEST(Replay, APlanFileRecordsItsFrozenNetworksAndTheRunUsesThem) {
   const video_run run;
   const auto nets = both(run.cost.device);
   const auto sum = dcp::make_cost_sum(run.cost, nets);
   const auto batches = run.batches(sum);
   const std::span<const std::vector<sequence>> all(batches);
-  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name};
+  const dcp::sim::replay_job job{run.cost.model.name, run.cost.device.name, {}, {}};
   dcp::sim::options opt;
   opt.keep_plans = true;
   const auto made = dcp::sim::run_method("packed", sum, run.data, all, {}, opt);

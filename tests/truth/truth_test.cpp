@@ -464,6 +464,33 @@ TEST(ProfileTruth, ExecutesEveryMethodAndTheOracleOnTheTable) {
                    dcp::errc::invalid_argument, "a profile truth takes only slow_gpus and jitter");
 }
 
+// A profile prices every k of an sp it holds (interpolated, the ends extended) and none of an sp it
+// lacks. Every block checkpointed alone for sp >= 2 still runs to finite numbers, the calibrated
+// dcp row included; without sp >= 2 at all a step there cannot be timed, and the truth names it
+// instead of reporting 0 tokens/s and an infinite makespan.
+TEST(ProfileTruth, AnSpTheProfileLacksIsNamedNeverAnInfiniteRun) {
+  const auto j = jobs().front();
+  const dcp::profile_table full = profile_of(j.cost);
+  const int L = j.cost.blocks();
+  dcp::profile_table partial = full;
+  std::erase_if(partial.entries, [&](const auto& e) { return e.sp >= 2 && e.checkpointed_blocks != L; });
+  const auto truth = dcp::sim::make_truth(
+      dcp::make_profiled_cost(partial, j.cost.model, j.cost.device.name, j.cost.gpus()), parse_truth_spec(""), 3);
+  for (const char* name : {"dcp-open-loop", "dcp"}) {
+    const auto r = dcp::sim::run_method(name, j.cost, j.data, j.batches, j.settings, truth);
+    EXPECT_TRUE(std::isfinite(r.metrics.makespan_s) && r.metrics.makespan_s > 0) << name;
+    EXPECT_TRUE(std::isfinite(r.metrics.peak_memory_bytes)) << name;
+    EXPECT_GT(r.metrics.tokens_per_s, 0) << name;
+    EXPECT_LE(r.metrics.efficiency, 1 + 1e-9) << name;
+  }
+  dcp::profile_table narrow = full;
+  std::erase_if(narrow.entries, [](const auto& e) { return e.sp >= 2; });
+  const auto blind = dcp::sim::make_truth(
+      dcp::make_profiled_cost(narrow, j.cost.model, j.cost.device.name, j.cost.gpus()), parse_truth_spec(""), 3);
+  EXPECT_DCP_ERROR((void)dcp::sim::run_method("dcp-open-loop", j.cost, j.data, j.batches, j.settings, blind),
+                   dcp::errc::invalid_argument, "the truth cannot time step", "profile every sp the plans use");
+}
+
 // --- identity truth reproduces today's numbers --------------------------------------------------
 
 TEST(Simulate, IdentityTruthReproducesTheModelsNumbers) {

@@ -94,6 +94,20 @@ struct analytic_cost {
       return "ep = " + std::to_string(parallel.ep) + " must divide experts = " + std::to_string(model.experts);
     });
     check(static_memory() < capacity(), errc::invalid_argument, [&] { return static_memory_refusal(); });
+    // The text's keys and values of a cross-attention (`block_beta`) are per sequence, not per
+    // token: held here to what one sequence's of every block, its heads split over every GPU of
+    // a stage, leaves of the memory beside the static.
+    const double text_kv = model.blocks * 2.0 * (model.key_value_width() + model.value_width());
+    const double room = (capacity() - static_memory()) * parallel.stage_gpus();
+    check(model.cross_attention_tokens * text_kv <= room, errc::invalid_argument, [&] {
+      return "cross_attention_tokens = " + std::to_string(model.cross_attention_tokens) + " of model '" + model.name +
+             "': the text's keys and values of one sequence alone, " +
+             std::to_string(model.cross_attention_tokens * text_kv / 1e9) + " GB over its " +
+             std::to_string(model.blocks) + " blocks, exceed the " + std::to_string(room / 1e9) + " GB the " +
+             std::to_string(parallel.stage_gpus()) + " GPUs of a stage hold beside static memory; at most " +
+             std::to_string(static_cast<std::int64_t>(room / text_kv)) +
+             " text tokens fit (a cross-attention attends to a few hundred: Wan 2.1's 512)";
+    });
   }
 
   /// Why the static memory does not fit, and the fixes that can work: more GPUs where they
@@ -265,10 +279,24 @@ struct analytic_cost {
   }
   /// F_V = 2 V h N_tok: the LM head's forward FLOPs (run once a step, never recomputed).
   double head_flops(const load_type& l) const noexcept { return model.head_flops_per_token() * l.tokens; }
-  /// beta' = max(beta, lambda V / h): bytes per token per hidden unit of the step's peak working
-  /// set, a block's activations or the loss's logits, whichever is larger (beta without a vocabulary).
+  /// beta_b = beta + beta_x: bytes a block that is not checkpointed stores per token per hidden
+  /// unit. beta_x prices a cross-attention to text (0 without one): per token it keeps its query
+  /// projection's input, its queries and its output in bf16, 2 (h + w_q + w_o) bytes (every
+  /// linear layer keeps its input: Korthikanti et al., 2022, section 4), and its softmax's
+  /// log-sum-exp per head in fp32, 4 H bytes (FlashAttention's backward reads Q, K, V, O and the
+  /// log-sum-exp: Dao et al., 2022, algorithm 2). The text's keys and values, 2 c (w_k + w_v)
+  /// bytes per sequence and block (Wan 2.1: as much as 51 of its tokens), are not priced per step;
+  /// `validate` refuses a c whose keys and values of one sequence cannot fit the job at all.
+  double block_beta() const noexcept {
+    if (model.cross_attention_tokens <= 0) return device.beta;
+    const double h = static_cast<double>(model.hidden);
+    return device.beta + (2 * (h + model.query_width() + model.output_width()) + 4.0 * model.heads) / h;
+  }
+  /// beta' = max(beta_b, lambda V / h): bytes per token per hidden unit of the step's peak working
+  /// set, a block's activations or the loss's logits, whichever is larger (beta without a vocabulary
+  /// or cross-attention).
   double working_beta() const noexcept {
-    return std::max(device.beta, model.loss_bytes_per_token() / static_cast<double>(model.hidden));
+    return std::max(block_beta(), model.loss_bytes_per_token() / static_cast<double>(model.hidden));
   }
   /// Tensor-parallel collectives of the vocabulary per step: the embedding's reduce-scatter and
   /// its gradient's all-gather, the LM head's all-gather and its gradient's reduce-scatter.
@@ -425,7 +453,7 @@ struct analytic_cost {
     return {static_memory(),
             static_cast<double>(model.blocks),
             static_cast<double>(model.hidden),
-            device.beta,
+            block_beta(),
             working_beta(),
             sp,
             parallel.tp};
@@ -435,7 +463,7 @@ struct analytic_cost {
   /// step's sp GPUs of one TP rank (`stored_per_token_cost_model`).
   double stored_per_token(int k) const noexcept {
     const double L = model.blocks, h = static_cast<double>(model.hidden);
-    return ((L - k) * device.beta * h + k * 2 * h) / parallel.tp;
+    return ((L - k) * block_beta() * h + k * 2 * h) / parallel.tp;
   }
   /// The last term of `memory`, beta' h x: the peak working set, live only while the micro-batch
   /// runs an operation (`pipeline_cost_model`); the terms before it are what it stores in flight.
@@ -528,7 +556,7 @@ struct analytic_cost {
     /// Both floors of one step (they share its FLOPs and communication floor).
     pair both(const load_type& l, int sp, int k, int r) const noexcept {
       const shared q = shared_of(l, sp, k, r);
-      const double beta = cost->device.beta;
+      const double beta = cost->block_beta();
       auto g = [&](double kk) {
         const double saturation = 1 + cost->device.x_half * ((q.L - kk) * beta + 2 * kk + work_beta) / room;
         return ((3 + kk / q.L) * saturation * q.flops + saturation * q.head) / packed_rate + attention(l, q.L, kk);

@@ -124,7 +124,9 @@ struct calibration_options {
 
 /// One micro-step as it ran: its load on `ranks` with `checkpointed_blocks`, and what each member
 /// measured (`seconds[i]`, `peak_bytes[i]` of rank `ranks.first + i`; a negative value: that
-/// member reported nothing; 0: it did not measure that quantity).
+/// member reported nothing; 0: it did not measure that quantity; a peak of +infinity: it ran out
+/// of memory with its peak unknown, kept as the capacity it filled, a lower bound of the true
+/// peak, so the margin widens at least to it and later plans avoid the shape).
 struct executed_step {
   analytic_load load;
   rank_block ranks;
@@ -169,12 +171,16 @@ class calibrator {
             return "calibrator: a step on " + std::to_string(s.ranks.size) + " ranks needs one time and one peak per member, got " +
                    std::to_string(s.seconds.size()) + " and " + std::to_string(s.peak_bytes.size());
           });
-    for (std::size_t i = 0; i < s.seconds.size(); ++i)
-      check(std::isfinite(s.seconds[i]) && std::isfinite(s.peak_bytes[i]), errc::invalid_argument, [&] {
-        return "calibrator: rank " + std::to_string(s.ranks.first + int(i)) + " measured seconds = " +
-               std::to_string(s.seconds[i]) + ", peak_bytes = " + std::to_string(s.peak_bytes[i]) +
-               "; measurements must be finite";
-      });
+    for (std::size_t i = 0; i < s.seconds.size(); ++i) {
+      const bool out_of_memory = s.peak_bytes[i] == std::numeric_limits<double>::infinity();
+      check(std::isfinite(s.seconds[i]) && (std::isfinite(s.peak_bytes[i]) || out_of_memory), errc::invalid_argument,
+            [&] {
+              return "calibrator: rank " + std::to_string(s.ranks.first + int(i)) + " measured seconds = " +
+                     std::to_string(s.seconds[i]) + ", peak_bytes = " + std::to_string(s.peak_bytes[i]) +
+                     "; measurements must be finite (a peak of +infinity: out of memory, peak unknown)";
+            });
+      if (out_of_memory) s.peak_bytes[i] = prior_.shape.capacity_of(s.ranks);  // the device's, no margin
+    }
     // To the reference clock: a step on a node of speed v ran 1 / v as long as there.
     if (const double node = prior_.layout().speed_of(s.ranks); node != 1.0)
       for (double& t : s.seconds)

@@ -59,7 +59,9 @@
 ///     last step whatever its plan (the data-parallel gradient reduction and the optimizer step,
 ///     DESIGN section 4.6). Law: finite and >= 0, the same for every plan of the job; 0 where
 ///     absent (`update_seconds_of`).
-/// Shipped: `analytic_cost` (DESIGN section 4), `profiled_cost` (a measured table).
+/// Shipped: `analytic_cost` (DESIGN section 4), `fitted_cost` (its form fitted to measured steps),
+/// `profiled_cost` (a measured table), `scaled_analytic_cost` (a truth's scaled clock) and
+/// `cost_sum` (a trained model plus frozen forward networks).
 
 #include <algorithm>
 #include <bit>

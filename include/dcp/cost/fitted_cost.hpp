@@ -11,11 +11,12 @@
 ///       + [1 < sp <= G] a v c_intra + [sp > G] a v c_inter        all-to-all volume
 ///       + [sp > 1] a c_msg + (3L + k) c_block                     messages, per-block overhead
 ///     M = m_static + h x ((L - k + 1) m_act + k m_ckpt)           static and activation memory
-///       + (beta' - beta) h x                                      the loss's logits beyond a block's
+///       + (beta' - beta_b) h x                                    the loss's logits beyond a block's
 ///
-/// (beta' of section 4.1, beta' = beta without a vocabulary; the last term is the model's, not fitted).
-/// With c_lin = c_att = 1 / (peak eff_max), c_intra = 1 / bw_intra, c_inter = 1 / bw_inter,
-/// c_msg = alpha, c_block = tau, m_static = 4P + 12P/N, m_act = beta, m_ckpt = 2 and rho = 1 it
+/// (beta' and beta_b of section 4.1, both beta without a vocabulary or cross-attention; the last
+/// term is the model's, not fitted). With c_lin = c_att = 1 / (peak eff_max), c_intra = 1 / bw_intra,
+/// c_inter = 1 / bw_inter, c_msg = alpha, c_block = tau, m_static = 4P + 12P/N, m_act = beta_b,
+/// m_ckpt = 2 and rho = 1 it
 /// is `analytic_cost` exactly (L, h, G, N, the head widths and the vocabulary are shape).
 /// `fit_cost` (`<dcp/cost/fit.hpp>`) fits the nine coefficients to observed steps by non-negative
 /// least squares on relative residuals, with a ridge toward a prior (the analytic constants or a
@@ -86,7 +87,7 @@ struct fit_coefficients {
             c.device.alpha,
             c.device.tau,
             c.static_memory(),
-            c.device.beta,
+            c.block_beta(),
             2.0};
   }
   friend bool operator==(const fit_coefficients&, const fit_coefficients&) = default;
@@ -219,7 +220,7 @@ struct fitted_cost {
   /// (beta' - beta) h x: the loss's logits beyond a block's working set, the model's bytes (0
   /// without a vocabulary or where a block's activations are larger); not fitted.
   double loss_excess(const load_type& l, int sp) const noexcept {
-    return (shape.working_beta() - shape.device.beta) * static_cast<double>(shape.model.hidden) * l.tokens / sp;
+    return (shape.working_beta() - shape.block_beta()) * static_cast<double>(shape.model.hidden) * l.tokens / sp;
   }
   double memory(const load_type& l, int sp, int k) const noexcept {
     const auto f = memory_features(l, sp, k);
@@ -230,7 +231,7 @@ struct fitted_cost {
   double max_tokens_per_gpu() const noexcept {
     const double per =
         static_cast<double>(shape.model.hidden) * (blocks() * coef.checkpoint_bytes + coef.activation_bytes) +
-        (shape.working_beta() - shape.device.beta) * static_cast<double>(shape.model.hidden);
+        (shape.working_beta() - shape.block_beta()) * static_cast<double>(shape.model.hidden);
     return per > 0 ? std::max(0.0, capacity() - coef.static_bytes) / per : std::numeric_limits<double>::infinity();
   }
   /// GPU-seconds floor, as `analytic_cost::work_floor`: compute at e(x_max), all-to-all bytes, no

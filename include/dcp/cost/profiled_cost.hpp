@@ -209,7 +209,7 @@ static_assert(cost_model<profiled_cost>);
 
 /// Throws `dcp::error` (mismatch) unless `t` was profiled for this model, device and world size.
 inline void check_profile_matches(const profile_table& t, const transformer_spec& model, const std::string& device,
-                                  int gpus) {
+                                  int gpus, int gpus_per_node = 0) {
   auto mismatch = [&](const std::string& what) {
     throw error(errc::mismatch, "profile does not match this job: " + what +
                                     "; profile this model on this device and world size (the profiler), or load "
@@ -224,13 +224,17 @@ inline void check_profile_matches(const profile_table& t, const transformer_spec
   if (t.gpus != gpus)
     mismatch("it was made for " + std::to_string(t.gpus) + " GPUs, the job has " + std::to_string(gpus) +
              " (static memory shards over N)");
+  if (gpus_per_node > 0 && t.gpus_per_node != gpus_per_node)
+    mismatch("it was made for " + std::to_string(t.gpus_per_node) + " GPUs per node, the job has " +
+             std::to_string(gpus_per_node) + " (groups wider than a node cross its network)");
 }
 
-/// A validated `profiled_cost` for `model` on `device` with `gpus` GPUs.
+/// A validated `profiled_cost` for `model` on `device` with `gpus` GPUs (and, when positive,
+/// `gpus_per_node` GPUs per node).
 inline profiled_cost make_profiled_cost(profile_table t, const transformer_spec& model, const std::string& device,
-                                        int gpus) {
+                                        int gpus, int gpus_per_node = 0) {
   validate(t);
-  check_profile_matches(t, model, device, gpus);
+  check_profile_matches(t, model, device, gpus, gpus_per_node);
   return profiled_cost(std::move(t));
 }
 

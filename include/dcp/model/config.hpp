@@ -303,6 +303,9 @@ inline model_config read_config_json(const nlohmann::json& j, std::string_view s
   if (const std::int64_t single = integer({"num_single_layers"}, false, 0); single > 0) {
     unpriced("num_layers = " + std::to_string(m.blocks) + " dual-stream blocks are priced as single-stream ones: "
              "their text-stream weights are not counted");
+    if (single > max_blocks - m.blocks)
+      fail("num_layers = " + std::to_string(m.blocks) + " and num_single_layers = " + std::to_string(single) +
+           " make more than " + std::to_string(max_blocks) + " blocks");
     m.blocks += static_cast<int>(single);
   }
 

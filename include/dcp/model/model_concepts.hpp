@@ -7,7 +7,8 @@
 ///   - `m.attention` (an `attention_kind`), `m.text_tokens` (tokens prepended to every sequence),
 ///   - `m.block_parameters()` (P_b = 4 h^2 + m h f) and `m.parameters()` (L P_b).
 /// Laws: every size is positive, `heads` divides `hidden`; factorized_2d models have an even L.
-/// Shipped: `dcp::transformer_spec` with presets `cogvideox_5b`, `stdit3_xl`, `llama3_8b`.
+/// Shipped: `dcp::transformer_spec`, with the presets of `dcp::models` (`preset(name)`,
+/// `preset_names`) and any Hugging Face config.json (`models::from_config`).
 
 #include <concepts>
 #include <cstdint>

@@ -275,11 +275,16 @@ inline std::string describe(const transformer_spec& m) {
 /// as every L_s-block stage must hold, max(0, L_x - (L - L_s)), so it has the most MoE and
 /// full-attention blocks any stage has. It keeps the vocabulary: the embedding (stage 0's) and the
 /// LM head with its logits (the last stage's) are priced on it, an upper bound for every stage.
-/// Throws a `dcp::error` unless 1 <= pp <= L, or when `m` is already a stage.
+/// Factorized 2D attention splits by its (spatial, temporal) pairs, which a stage never divides:
+/// L_s = 2 ceil(L / 2 / pp).
+/// Throws a `dcp::error` unless 1 <= pp <= L (L / 2 pairs for factorized 2D attention), or when
+/// `m` is already a stage.
 inline transformer_spec pipeline_stage(const transformer_spec& m, int pp) {
-  check(pp >= 1 && pp <= m.blocks, errc::invalid_argument, [&] {
-    return "pp = " + std::to_string(pp) + " stages for the " + std::to_string(m.blocks) + " blocks of model '" +
-           m.name + "'; use 1 <= pp <= " + std::to_string(m.blocks);
+  const int unit = m.attention == attention_kind::factorized_2d ? 2 : 1, units = m.blocks / unit;
+  check(pp >= 1 && pp <= units, errc::invalid_argument, [&] {
+    return "pp = " + std::to_string(pp) + " stages for the " + std::to_string(units) +
+           (unit == 2 ? " spatial-temporal block pairs" : " blocks") + " of model '" + m.name + "'; use 1 <= pp <= " +
+           std::to_string(units);
   });
   check(m.pipeline_stages == 1, errc::invalid_argument, [&] {
     return "model '" + m.name + "' is already one of " + std::to_string(m.pipeline_stages) +
@@ -287,7 +292,7 @@ inline transformer_spec pipeline_stage(const transformer_spec& m, int pp) {
   });
   if (pp == 1) return m;
   transformer_spec s = m;
-  const int stage = (m.blocks + pp - 1) / pp, others = m.blocks - stage;
+  const int stage = unit * ((units + pp - 1) / pp), others = m.blocks - stage;
   s.blocks = stage;
   s.pipeline_stages = pp;
   s.dense_blocks = std::max(0, m.dense_blocks - others);
@@ -337,12 +342,17 @@ transformer_spec to_transformer_spec(const M& m) {
   }
 }
 
+/// The most blocks a model may have: far above any published one, low enough that counts of
+/// block passes (2L + k and the like) never overflow an int.
+inline constexpr int max_blocks = 65536;
+
 /// Throws a `dcp::error` naming the field unless `m` keeps the laws of `model_spec`.
 inline void validate(const transformer_spec& m) {
   auto need = [&](bool ok, const std::string& what) {
     check(ok, errc::invalid_argument, [&] { return "model '" + m.name + "': " + what; });
   };
-  need(m.blocks > 0, "blocks = " + std::to_string(m.blocks) + " must be positive");
+  need(m.blocks > 0 && m.blocks <= max_blocks, "blocks = " + std::to_string(m.blocks) + " must be in [1, " +
+                                                  std::to_string(max_blocks) + "] (published models have a few hundred)");
   need(m.hidden > 0, "hidden = " + std::to_string(m.hidden) + " must be positive");
   need(m.heads > 0 && m.hidden % m.heads == 0,
        "heads = " + std::to_string(m.heads) + " must be positive and divide hidden = " + std::to_string(m.hidden));

@@ -15,6 +15,14 @@
 ///     smallest member's) is an out-of-memory step: counted, and
 ///     charged as a third of its time (the forward pass up to where activations peak) plus a
 ///     re-run with every block checkpointed; it keeps its true memory so the peak shows it;
+///   - a truth that cannot tell a step's memory or time (a `dcp.profile/v1` table without the
+///     step's (sp, k): infinite) makes it an out-of-memory step whose peak is unknown: its
+///     memory stays infinite (the calibrator reads that as "ran out, peak unknown"; the run's
+///     peak counts the capacity it filled), an unknown time before the failure is priced as the
+///     re-run's; a step the truth cannot time even with every block checkpointed is a
+///     `dcp::error` naming its sp and k, never an infinite makespan;
+///   - without jitter, a batch that ends below its lower bound on the truth is a `dcp::error`:
+///     the truth's clock breaks a law the bound relies on (efficiency above 1 is never reported);
 ///   - the batch ends when the last GPU finishes.
 /// Under pp > 1 (DESIGN section 4.5) a step is a micro-batch: the same true time on every stage,
 /// split into forward and backward by `forward_share`, the truth's `stage_transfer` between
@@ -114,13 +122,28 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
       held = in_flight_memory(p, memory, working, t.model.static_memory(), stages);
     }
   }
-  for (double h : held) out.peak_bytes = std::max(out.peak_bytes, h);
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const plan_step& s = p.steps[i];
-    if (held[i] > capacity_on(t.model, s.ranks)) {
+    const double capacity = capacity_on(t.model, s.ranks);
+    out.peak_bytes = std::max(out.peak_bytes, std::isfinite(held[i]) ? held[i] : capacity);
+    if (held[i] > capacity) {
       out.oom[i] = 1, ++out.oom_steps;
-      seconds[i] = seconds[i] / 3 + time_with_ring(t.model, loads[i], s.sp(), L, s.ring);
+      const double rerun = time_with_ring(t.model, loads[i], s.sp(), L, s.ring);
+      check(std::isfinite(rerun) && rerun > 0, errc::invalid_argument, [&] {
+        return "the truth cannot time step " + std::to_string(i) + " of batch " + std::to_string(batch_index) +
+               " (sp = " + std::to_string(s.sp()) + ", " + std::to_string(s.checkpointed_blocks) +
+               " blocks checkpointed) nor its re-run with all " + std::to_string(L) +
+               " checkpointed: its clock has no time for them (a profile without sp = " + std::to_string(s.sp()) +
+               "?); profile every sp the plans use, or plan on the sizes the profile holds";
+      });
+      seconds[i] = (std::isfinite(seconds[i]) ? seconds[i] : rerun) / 3 + rerun;
     }
+    check(std::isfinite(seconds[i]) && seconds[i] >= 0, errc::invalid_argument, [&] {
+      return "the truth times step " + std::to_string(i) + " of batch " + std::to_string(batch_index) + " (sp = " +
+             std::to_string(s.sp()) + ", " + std::to_string(s.checkpointed_blocks) + " blocks checkpointed) at " +
+             std::to_string(seconds[i]) + " s within its memory; a clock's times are finite and not negative: "
+             "check the truth's profile or factors";
+    });
     if (!speeds.empty()) seconds[i] /= block_speed(speeds, s.ranks);
     if (t.jitter != 0) seconds[i] *= jitter_factor(t.jitter, t.seed, batch_index, i);
     plan_step& e = out.executed.steps[i];
@@ -165,6 +188,15 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
   const batch_bounds bounds = pipelined(lower_bounds(t.model, planned, speeds), stages);
   out.executed.lower_bound_s = bounds.simple_s;
   out.executed.joint_lower_bound_s = bounds.joint_s;
+  // Without jitter the truth is the clock its bound is computed on: a batch that ends sooner than
+  // its bound shows a clock that breaks a law the bound relies on (time that falls as work grows,
+  // e.g. a non-monotone profile), and every efficiency it reported would be wrong.
+  check(t.jitter != 0 || makespan >= bounds.joint_s * (1 - 1e-9) || p.steps.empty(), errc::invalid_argument, [&] {
+    return "batch " + std::to_string(batch_index) + " ends at " + std::to_string(makespan) +
+           " s on the truth, below its lower bound " + std::to_string(bounds.joint_s) +
+           " s: the truth's clock breaks a law the bound relies on (a time that falls as work grows, e.g. a "
+           "non-monotone profile); check the truth's profile or factors";
+  });
   return out;
 }
 

@@ -4,6 +4,7 @@
 /// makespan, imbalance, tokens/s, efficiency against the lower bound, peak memory, plan time.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -44,7 +45,9 @@ inline plan_metrics measure(const plan& p, std::vector<double>* busy = nullptr) 
   m.skipped = static_cast<std::int64_t>(p.skipped.size());
   const auto per_rank = p.busy_per_rank();
   for (const auto& s : p.steps) {
-    m.peak_memory_bytes = std::max(m.peak_memory_bytes, s.memory_bytes);
+    // An infinite memory is a truth's step that ran out with its peak unknown (`sim/execute.hpp`):
+    // it counts among the out-of-memory steps; the peak the executor reports covers it.
+    if (std::isfinite(s.memory_bytes)) m.peak_memory_bytes = std::max(m.peak_memory_bytes, s.memory_bytes);
     for (const auto& q : s.sequences) ++m.sequences, m.tokens += q.tokens;
   }
   double idle = 0;
@@ -176,8 +179,9 @@ struct run_metrics {
   }
   void finish() {
     tokens_per_s = makespan_s > 0 ? static_cast<double>(tokens) / makespan_s : 0;
-    efficiency = makespan_s > 0 ? joint_lower_bound_s / makespan_s : 1;
-    simple_efficiency = makespan_s > 0 ? lower_bound_s / makespan_s : 1;
+    // A run that trained no token (every sequence skipped) did no useful work: efficiency 0.
+    efficiency = makespan_s > 0 && tokens > 0 ? joint_lower_bound_s / makespan_s : tokens > 0 ? 1 : 0;
+    simple_efficiency = makespan_s > 0 && tokens > 0 ? lower_bound_s / makespan_s : tokens > 0 ? 1 : 0;
     imbalance = batches > 0 ? imbalance_sum_ / static_cast<double>(batches) : 0;
     bubble = makespan_s > 0 ? bubble_s / makespan_s : 0;
     plan_seconds = batches > 0 ? plan_seconds_sum_ / static_cast<double>(batches) : 0;

@@ -236,6 +236,9 @@ struct plan_document {
   double memory_capacity_bytes = 0;
   std::string model;   ///< the model's name
   std::string device;  ///< the device's name
+  /// The GEMM precision the file's device priced ("bf16" or "fp8"; "" when not recorded: a
+  /// device without a kernel clock, or a file written before it was recorded).
+  std::string precision;
   /// The frozen networks every step also ran ("frozen"); none recorded when the file has no such
   /// key (a plain model, or a file written before they were recorded).
   std::optional<std::vector<forward_network>> frozen;
@@ -318,6 +321,12 @@ inline plan_document read_plan_json(std::istream& in, std::string_view source = 
     doc.memory_capacity_bytes = number(at(j, "memory_capacity_bytes", "the document"), "memory_capacity_bytes");
     doc.model = at(at(j, "model", "the document"), "name", "\"model\"").get<std::string>();
     doc.device = at(at(j, "device", "the document"), "name", "\"device\"").get<std::string>();
+    if (const auto& d = j.at("device"); d.contains("kernel") && d.at("kernel").is_object() &&
+                                        d.at("kernel").contains("precision")) {
+      const auto& p = d.at("kernel").at("precision");
+      if (!p.is_string()) fail("\"device\" \"kernel\" \"precision\" is not a string");
+      doc.precision = p.get<std::string>();
+    }
     if (j.contains("frozen")) {
       const auto& nets = j.at("frozen");
       if (!nets.is_array()) fail("\"frozen\" is not an array");

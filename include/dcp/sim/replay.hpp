@@ -10,8 +10,10 @@
 /// or a plan that breaks a law of `plan_violations` against its batch and the run's cost model
 /// (a sequence missing or added, a time or memory that is not the model's, a rank outside the
 /// job, a step before its round's barrier) is a `dcp::error` naming the file, the batch and the
-/// fix; nothing is executed then. Lower bounds are never read from the file: they are computed
-/// again on the run's clock. A document that records frozen networks (`cost_sum`) brings
+/// fix; nothing is executed then. What the file could forge is derived again, never read: lower
+/// bounds are computed on the run's clock, every step must run on a block of the run's group
+/// manager (`--groups`), a skipped sequence must fit no size the run offers, and the plans must
+/// keep within the run's communicator budget (`--comm-budget`). A document that records frozen networks (`cost_sum`) brings
 /// them to the run (`replay_frozen`) unless the run names other ones.
 
 #include <algorithm>
@@ -31,9 +33,11 @@
 #include <dcp/layout.hpp>
 #include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/feasibility.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/sequence.hpp>
+#include <dcp/recompute/full_recompute.hpp>
 #include <dcp/sim/execute.hpp>
 #include <dcp/sim/plan_json.hpp>
 #include <dcp/sim/simulator.hpp>
@@ -45,14 +49,22 @@ namespace dcp::sim {
 struct replay_job {
   std::string model;   ///< the trained model's name
   std::string device;  ///< the device's name
+  /// Sequence-parallel communicators per rank beyond the world's the plans may use (distinct
+  /// groups wider than one rank and narrower than the job, as `run_metrics` counts them);
+  /// none: no budget.
+  std::optional<int> comm_budget;
+  /// The run's GEMM precision ("bf16" or "fp8"; "": not compared).
+  std::string precision;
   friend bool operator==(const replay_job&, const replay_job&) = default;
 };
 
 /// Throws `dcp::error(errc::mismatch)` unless `doc` (read from `source`) fits the run: its job
-/// (its layout, capacity, model and device) is `cost`'s and `job`'s, it has one plan per batch of `batches`, and every
-/// plan keeps the laws of `plan_violations` against its batch on `cost`.
-template <cost_model C>
-void check_replay(const plan_document& doc, std::string_view source, const C& cost,
+/// (its layout, capacity, model and device) is `cost`'s and `job`'s, it has one plan per batch of
+/// `batches`, every plan keeps the laws of `plan_violations` against its batch on `cost` and
+/// `groups`, skips only sequences that fit no size `groups` offers, and the plans keep within
+/// `job.comm_budget`.
+template <cost_model C, group_manager G>
+void check_replay(const plan_document& doc, std::string_view source, const C& cost, const G& groups,
                   std::span<const std::vector<sequence>> batches, const replay_job& job) {
   const std::string src(source);
   auto need = [&](bool ok, const std::string& what, const std::string& fix) {
@@ -80,6 +92,9 @@ void check_replay(const plan_document& doc, std::string_view source, const C& co
        "pass --model " + doc.model + " or " + same_run);
   need(doc.device == job.device, "made for device '" + doc.device + "', this run has '" + job.device + "'",
        "pass --device " + doc.device + " or " + same_run);
+  need(doc.precision.empty() || job.precision.empty() || doc.precision == job.precision,
+       "made with " + doc.precision + " GEMMs, this run prices " + job.precision,
+       "pass --precision " + doc.precision + " or " + same_run);
   const double c = cost.capacity();
   need(std::abs(doc.memory_capacity_bytes - c) <= 1e-9 * std::max(1.0, std::abs(c)),
        "made for " + std::to_string(doc.memory_capacity_bytes) + " B of memory per GPU, this run has " +
@@ -88,8 +103,18 @@ void check_replay(const plan_document& doc, std::string_view source, const C& co
   need(doc.plans.size() == batches.size(),
        "has " + std::to_string(doc.plans.size()) + " batches, this run has " + std::to_string(batches.size()),
        "cut the run the same way (--workload or --lengths, --seed, --global-batch-tokens) or " + same_run);
+  const std::vector<int> sizes = planning_context{cost, full_recompute{}, groups}.sp_sizes();
   for (std::size_t b = 0; b < batches.size(); ++b) {
-    const auto v = plan_violations(doc.plans[b], std::span<const sequence>(batches[b]), cost);
+    auto v = plan_violations(doc.plans[b], std::span<const sequence>(batches[b]), cost, groups);
+    // A skipped sequence must be one no configuration of this run holds: a feasible one moved to
+    // the list would be a sequence silently lost.
+    for (const skipped_sequence& k : doc.plans[b].skipped) {
+      const auto it = std::find_if(batches[b].begin(), batches[b].end(), [&](const sequence& q) { return q.id == k.id; });
+      if (it == batches[b].end()) continue;  // a foreign id: plan_violations names it
+      std::vector<skipped_sequence> none;
+      if (!feasible_sequences(cost, std::span<const sequence>(&*it, 1), infeasible_policy::skip, none, sizes).empty())
+        v.push_back("sequence " + std::to_string(k.id) + " is listed as skipped but fits this run");
+    }
     if (v.empty()) continue;
     std::string list;
     for (std::size_t i = 0; i < v.size() && i < 3; ++i) list += (i ? "; " : "") + v[i];
@@ -97,9 +122,25 @@ void check_replay(const plan_document& doc, std::string_view source, const C& co
     need(false,
          "batch " + std::to_string(b) + " is not a valid plan of this run's batch " + std::to_string(b) + " (" + list +
              ")",
-         "it was made for another model, layout (--tp, --ep, --sharding, --ring, --pp, --frozen), dataset or seed; " +
-             same_run);
+         "it was made for another model, layout (--tp, --ep, --sharding, --ring, --pp, --frozen, --groups), dataset "
+         "or seed; " + same_run);
   }
+  if (job.comm_budget) {
+    run_metrics counted;  // counts each rank's groups as the report does
+    for (const plan& p : doc.plans) counted.add(p, 0.0);
+    const int used = counted.communicators_per_rank;
+    need(used <= *job.comm_budget,
+         "its plans need " + std::to_string(used) + " communicators per rank beyond the world's, this run allows " +
+             std::to_string(*job.comm_budget),
+         "pass --comm-budget " + std::to_string(used) + " or more, or " + same_run);
+  }
+}
+
+/// `check_replay` in a run on `default_groups(cost)` (buddy blocks), as `run_method(name, cost, ...)`.
+template <cost_model C>
+void check_replay(const plan_document& doc, std::string_view source, const C& cost,
+                  std::span<const std::vector<sequence>> batches, const replay_job& job) {
+  check_replay(doc, source, cost, default_groups(cost), batches, job);
 }
 
 /// The frozen networks of a run that replays `docs` (read from `sources`, one name each): `given`
@@ -172,7 +213,7 @@ plan with_recomputed_bounds(plan p, const C& cost, const G& groups) {
 template <cost_model C, group_manager G>
 run_result replay(const plan_document& doc, std::string_view source, const C& cost, const G& groups,
                   std::span<const std::vector<sequence>> batches, const replay_job& job, const options& opt = {}) {
-  check_replay(doc, source, cost, batches, job);
+  check_replay(doc, source, cost, groups, batches, job);
   run_result out;
   out.metrics.method = replay_name(doc, source);
   out.metrics.gpus = cost.gpus();
@@ -192,13 +233,13 @@ run_result replay(const plan_document& doc, std::string_view source, const C& co
   return replay(doc, source, cost, default_groups(cost), batches, job, opt);
 }
 
-/// The checked plans of `doc` executed on the truth `t` (batch i on jitter stream i, as every
-/// method's).
-template <cost_model C, cost_model T>
-truth_run_result replay(const plan_document& doc, std::string_view source, const C& cost,
+/// The checked plans of `doc` (against `groups`) executed on the truth `t` (batch i on jitter
+/// stream i, as every method's).
+template <cost_model C, group_manager G, cost_model T>
+truth_run_result replay(const plan_document& doc, std::string_view source, const C& cost, const G& groups,
                         std::span<const std::vector<sequence>> batches, const replay_job& job, const truth<T>& t,
                         const options& opt = {}) {
-  check_replay(doc, source, cost, batches, job);
+  check_replay(doc, source, cost, groups, batches, job);
   truth_run_result out;
   out.metrics.method = replay_name(doc, source);
   out.metrics.gpus = cost.gpus();
@@ -210,6 +251,14 @@ truth_run_result replay(const plan_document& doc, std::string_view source, const
     if (opt.keep_plans) out.plans.push_back(doc.plans[i]), out.executed.push_back(std::move(e.executed));
   }
   return out;
+}
+
+/// `replay` on the truth `t` in a run on `default_groups(cost)`.
+template <cost_model C, cost_model T>
+truth_run_result replay(const plan_document& doc, std::string_view source, const C& cost,
+                        std::span<const std::vector<sequence>> batches, const replay_job& job, const truth<T>& t,
+                        const options& opt = {}) {
+  return replay(doc, source, cost, default_groups(cost), batches, job, t, opt);
 }
 
 }  // namespace dcp::sim
