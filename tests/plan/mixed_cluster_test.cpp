@@ -26,6 +26,7 @@
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/planning_context.hpp>
+#include <dcp/plan/retime.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/scheduler.hpp>
 #include <dcp/sim/calibrated.hpp>
@@ -155,6 +156,35 @@ TEST(mixed_cluster, knowing_the_memory_is_never_slower_than_the_weakest_node) {
     // Both price on one clock here (H100 and H200 run at one speed); more memory, more options.
     EXPECT_LE(p.joint_lower_bound_s, q.joint_lower_bound_s * (1 + 1e-12)) << trial;
   }
+}
+
+// A planner told the nodes never ends a batch later than itself told only the weakest node: the
+// plan made blind and timed on the cluster (`retimed`) is one of its candidates. Timing a plan on
+// its own clock changes nothing.
+TEST(mixed_cluster, knowing_the_cluster_never_ends_later_than_planning_for_its_weakest_node) {
+  dcp_test::rng r(3407);
+  int sooner = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const auto c = on_cluster(dcp::models::cogvideox_5b(), random_cluster(r));
+    const auto blind = c.as_uniform(c.layout().as_weakest().nodes.front());
+    const dcp::contiguous_groups groups{c.gpus(), c.gpus_per_node()};
+    std::vector<dcp::sequence> batch;
+    for (std::int64_t i = 0, n = r.between(20, 300); i < n; ++i)
+      batch.push_back(dcp::make_sequence(i, r.log_between(256, 120000)));
+    const dcp::plan p = dcp::dcp_planner{}.plan(dcp::planning_context{c, dcp::selective_recompute{}, groups}, batch);
+    const dcp::plan q = dcp::retimed(
+        dcp::dcp_planner{}.plan(dcp::planning_context{blind, dcp::selective_recompute{}, groups}, batch), c, {});
+    const auto v = dcp::plan_violations(p, batch, c, groups);
+    EXPECT_TRUE(v.empty()) << trial << ": " << v.front();
+    const auto w = dcp::plan_violations(q, batch, c, groups);
+    EXPECT_TRUE(w.empty()) << trial << ": " << w.front();
+    EXPECT_LE(p.makespan_s, q.makespan_s * (1 + 1e-12)) << trial;
+    sooner += p.makespan_s < q.makespan_s * (1 - 1e-9);
+    const dcp::plan same = dcp::retimed(p, c, {});
+    EXPECT_EQ(same.makespan_s, p.makespan_s) << trial;
+    for (std::size_t i = 0; i < p.steps.size(); ++i) ASSERT_EQ(same.steps[i].start_s, p.steps[i].start_s) << trial;
+  }
+  EXPECT_GT(sooner, 0) << "knowing the nodes should usually beat the blind plan outright";
 }
 
 // A100 and H200 nodes: the A100's steps last time / (312 / 989); dcp puts fewer sequences there.

@@ -33,6 +33,10 @@
 ///    already end at the joint lower bound (and without straggler `speeds`), and one that ends sooner and holds every sequence the
 ///    plan holds is kept: such a plan (one sp or one token limit, one recompute level) is a
 ///    restriction of dcp's, so knowing more never plans worse than a tuned baseline.
+/// 10. the cluster as its weakest node: on a cluster whose nodes differ, the batch is also planned
+///    as if every node were the weakest (what `dcp-uniform` plans), timed on the cluster
+///    (`retimed`), and kept where it ends sooner and holds every sequence the plan holds: a plan
+///    told the nodes never ends later than the same planner told less.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
 /// With per-GPU `speeds` (straggler-aware planning), or on a cluster whose nodes run at different
@@ -74,6 +78,7 @@
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
+#include <dcp/plan/retime.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
@@ -1124,6 +1129,7 @@ struct dcp_planner {
       }
     }
     keep_sooner_baseline(best, ctx, batch, planning.bounds());
+    keep_sooner_uniform(best, ctx, batch);
     return best;
   }
   /// On `default_groups(cost)`.
@@ -1178,6 +1184,34 @@ struct dcp_planner {
         continue;  // a baseline that cannot plan this batch here (a block its groups need is not offered)
       }
       if (p.skipped.size() != best.skipped.size() || !(p.makespan_s < best.makespan_s * (1 - 1e-12))) continue;
+      p.method = best.method;
+      p.skipped = std::move(best.skipped);
+      best = std::move(p);
+    }
+  }
+
+  // Step 10: the batch planned on the cluster seen as its weakest node, timed on the cluster,
+  // replaces `best` where it ends sooner and skips no more sequences; it carries dcp's bounds and
+  // skip reasons. Its steps fit the weakest node's capacity, so every block's.
+  template <any_planning_context Ctx>
+  void keep_sooner_uniform(dcp::plan& best, const Ctx& ctx, std::span<const sequence> batch) const {
+    using C = typename Ctx::cost_type;
+    if constexpr (mixed_cluster_cost_model<C>) {
+      const auto& nodes = ctx.cost.layout().nodes;
+      const bool mixed = std::any_of(nodes.begin(), nodes.end(), [&](const unit_device& d) {
+        return d.speed != nodes.front().speed || d.capacity != nodes.front().capacity;
+      });
+      if (!mixed || best.makespan_s <= best.bound_s() * (1 + 1e-12)) return;
+      const C weakest = ctx.cost.as_uniform(ctx.cost.layout().as_weakest().nodes.front());
+      // What `dcp-uniform` plans: this planner without its baselines (they were candidates on the
+      // cluster already), skipping what the weakest node cannot hold. The blind cost is uniform,
+      // so this step does not recur.
+      dcp_planner blind = *this;
+      blind.baselines.clear();
+      blind.on_infeasible = infeasible_policy::skip;
+      dcp::plan p = retimed(blind.plan(planning_context{weakest, ctx.recompute, ctx.groups}, batch), ctx.cost, speeds);
+      if (p.skipped.size() != best.skipped.size() || !(p.makespan_s < best.makespan_s * (1 - 1e-12))) return;
+      p.lower_bound_s = best.lower_bound_s, p.joint_lower_bound_s = best.joint_lower_bound_s;
       p.method = best.method;
       p.skipped = std::move(best.skipped);
       best = std::move(p);

@@ -37,7 +37,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
 #include <span>
 #include <vector>
 
@@ -48,6 +47,7 @@
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/plan_concepts.hpp>
+#include <dcp/plan/retime.hpp>
 #include <dcp/random.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
@@ -149,41 +149,10 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
     plan_step& e = out.executed.steps[i];
     e.time_s = seconds[i], e.memory_bytes = memory[i];
   }
-  double makespan = 0;
-  if (stages > 1) {
-    if constexpr (pipeline_cost_model<T>) {
-      // The executed steps carry their true times: split and transferred on the truth's clock.
-      const pipeline_timeline timeline = schedule_pipeline(p, pipeline_times(out.executed, t.model), stages);
-      for (std::size_t i = 0; i < p.steps.size(); ++i)
-        out.executed.steps[i].start_s = timeline.forward_of(i, 0).start_s;
-      makespan = timeline.makespan_s;
-    } else {
-      throw error(errc::invalid_argument,
-                  "the truth's layout has pp = " + std::to_string(stages) +
-                      " but its cost model prices no stage transfer; use a pipeline_cost_model");
-    }
-  } else {
-    std::vector<std::size_t> order(p.steps.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return p.steps[a].round < p.steps[b].round; });
-    std::vector<double> free(static_cast<std::size_t>(n), 0.0);
-    double barrier = 0, round_end = 0;
-    int round = order.empty() ? 0 : p.steps[order.front()].round;
-    for (std::size_t i : order) {
-      const plan_step& s = p.steps[i];
-      if (s.round != round) barrier = std::max(barrier, round_end), round = s.round;
-      double start = barrier;
-      for (int r = s.ranks.first; r < s.ranks.end(); ++r) start = std::max(start, free[static_cast<std::size_t>(r)]);
-      plan_step& e = out.executed.steps[i];
-      e.start_s = start;
-      const double end = e.end_s();
-      for (int r = s.ranks.first; r < s.ranks.end(); ++r) free[static_cast<std::size_t>(r)] = end;
-      round_end = std::max(round_end, end);
-      makespan = std::max(makespan, end);
-    }
-  }
-  out.executed.makespan_s = makespan;
+  // Every start re-derived from the plan's order on the true times (1F1B under pp > 1: split and
+  // transferred on the truth's clock).
+  derive_starts(out.executed, t.model, stages);
+  const double makespan = out.executed.makespan_s;
   out.executed.speeds = speeds;
   const batch_bounds bounds = pipelined(lower_bounds(t.model, planned, speeds), stages);
   out.executed.lower_bound_s = bounds.simple_s;

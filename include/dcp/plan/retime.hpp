@@ -1,0 +1,82 @@
+#pragma once
+/// \file
+/// Start times derived from a plan's order, as a training loop runs it (`derive_starts`), and a
+/// plan made on one clock timed on another (`retimed`: the dcp planner's plan of a mixed cluster
+/// seen as its weakest node, timed on the cluster).
+///
+/// The order's rules: under pp = 1 each GPU runs its steps in plan order, rounds are barriers (a
+/// step of round r starts only after every step of every earlier round has ended), and a gang
+/// step starts when all its members are free; under pp > 1 a step is a micro-batch of the 1F1B
+/// schedule (`schedule_pipeline`) and its start is its first forward on stage 0. The executor
+/// (`sim/execute.hpp`) derives a truth's start times by the same function.
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include <dcp/cost/cost_concepts.hpp>
+#include <dcp/error.hpp>
+#include <dcp/plan/pipeline_schedule.hpp>
+#include <dcp/plan/plan.hpp>
+#include <dcp/plan/speeds.hpp>
+
+namespace dcp {
+
+/// Sets every step's `start_s` of `p` from its steps' `time_s` and its order (the file
+/// comment's rules) on `stages` pipeline stages, and `p.makespan_s` to the last end. Under
+/// pp > 1 the steps' stage split and transfers are `cost`'s (`pipeline_times`).
+template <cost_model C>
+void derive_starts(plan& p, const C& cost, int stages) {
+  double makespan = 0;
+  if (stages > 1) {
+    if constexpr (pipeline_cost_model<C>) {
+      const pipeline_timeline timeline = schedule_pipeline(p, pipeline_times(p, cost), stages);
+      for (std::size_t i = 0; i < p.steps.size(); ++i) p.steps[i].start_s = timeline.forward_of(i, 0).start_s;
+      makespan = timeline.makespan_s;
+    } else {
+      throw error(errc::invalid_argument, "the layout has pp = " + std::to_string(stages) +
+                                              " but its cost model prices no stage transfer; use a pipeline_cost_model");
+    }
+  } else {
+    std::vector<std::size_t> order(p.steps.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return p.steps[a].round < p.steps[b].round; });
+    std::vector<double> free(static_cast<std::size_t>(p.gpus), 0.0);
+    double barrier = 0, round_end = 0;
+    int round = order.empty() ? 0 : p.steps[order.front()].round;
+    for (std::size_t i : order) {
+      plan_step& s = p.steps[i];
+      if (s.round != round) barrier = std::max(barrier, round_end), round = s.round;
+      double start = barrier;
+      for (int r = s.ranks.first; r < s.ranks.end(); ++r) start = std::max(start, free[static_cast<std::size_t>(r)]);
+      s.start_s = start;
+      const double end = s.end_s();
+      for (int r = s.ranks.first; r < s.ranks.end(); ++r) free[static_cast<std::size_t>(r)] = end;
+      round_end = std::max(round_end, end);
+      makespan = std::max(makespan, end);
+    }
+  }
+  p.makespan_s = makespan;
+}
+
+/// `p` timed on `cost`: every step lasts `cost`'s time of its sequences (its ring and checkpointed
+/// blocks kept) over its slowest member's speed (`job_speeds(cost.layout(), stragglers)`, which
+/// the result carries), and its start is derived again (`derive_starts`). Sequences, blocks,
+/// rounds, memory and bounds stay as they are: the caller re-checks memory where the clocks'
+/// capacities differ.
+template <cost_model C>
+plan retimed(plan p, const C& cost, std::span<const double> stragglers) {
+  p.speeds = job_speeds(cost.layout(), stragglers);
+  for (auto& s : p.steps) {
+    typename C::load_type load{};
+    for (const auto& q : s.sequences) load = load + cost.load_of(sequence{q.id, q.frames, q.spatial});
+    s.time_s = time_with_ring(cost, load, s.sp(), s.checkpointed_blocks, s.ring) / block_speed(p.speeds, s.ranks);
+  }
+  derive_starts(p, cost, cost.layout().pp);
+  return p;
+}
+
+}  // namespace dcp
