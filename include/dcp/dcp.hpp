@@ -59,6 +59,7 @@
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/probe.hpp>
+#include <dcp/plan/coupling.hpp>
 #include <dcp/plan/retime.hpp>
 #include <dcp/plan/sequence_options.hpp>
 #include <dcp/plan/speeds.hpp>

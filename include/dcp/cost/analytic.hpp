@@ -362,6 +362,19 @@ struct analytic_cost {
         2 * static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / parallel.tp * (d - 1) / d;
     return blocks + 3 * model.vocabulary_matrices() * (device.alpha + vv / dp_bandwidth());
   }
+  /// t_pad: a micro-step with no tokens on one unit (DESIGN section 3.7), which runs no GEMM and
+  /// no attention but every collective of its passes, at latency where it moves no tokens: the
+  /// expert all-to-alls `2 (2 L_e)` alpha (ep > 1), the TP collectives
+  /// `tp_exposed (c_tp 2L + c_V)` alpha (tp > 1) and the launches `tau 3L`; under zero3 at least
+  /// `t_z3`, the gathers and reduce-scatters of every block at their full volume.
+  double padding_time() const noexcept {
+    const double L = model.blocks;
+    double t = device.tau * 3 * L;
+    if (parallel.ep > 1) t += ep_all_to_alls_per_pass() * moe_passes(0) * device.alpha;
+    if (parallel.tp > 1)
+      t += device.kernel.tp_exposed * (tp_collectives_per_pass() * 2 * L + tp_vocabulary_collectives()) * device.alpha;
+    return parallel.sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t;
+  }
   /// eff(x) = eff_max x / (x + x_half).
   double efficiency(double x) const noexcept { return device.eff_max * x / (x + device.x_half); }
   /// All-to-alls per block pass: 4 for 1D Ulysses, 2 for 2D DSP.

@@ -69,6 +69,7 @@
 #include <cstdint>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/error.hpp>
 #include <dcp/layout.hpp>
 #include <dcp/sequence.hpp>
 
@@ -228,6 +229,25 @@ template <class C>
 concept update_cost_model = cost_model<C> && requires(const C& c) {
   { c.update_seconds() } -> std::convertible_to<double>;
 };
+
+/// A cost model that prices a padding pass (DESIGN section 3.7): `c.padding_time()`, the seconds
+/// of a micro-step with no tokens on one unit, its collectives at their cost, which a unit of a
+/// layout whose collectives span groups (ZeRO-3, ep > 1) runs to keep its domain in step.
+template <class C>
+concept padding_cost_model = cost_model<C> && requires(const C& c) {
+  { c.padding_time() } -> std::convertible_to<double>;
+};
+
+/// `c.padding_time()`; a `dcp::error` where the model prices none (it cannot time a coupled plan).
+template <cost_model C>
+double padding_time_of(const C& c) {
+  if constexpr (padding_cost_model<C>)
+    return c.padding_time();
+  else
+    throw error(errc::invalid_argument,
+                "the cost model prices no padding pass (padding_time()), which a layout whose collectives span "
+                "planner groups (zero3, or ep > 1) runs; use analytic_cost or give the model padding_time()");
+}
 
 /// `c.update_seconds()` where the model prices the update, else 0.
 template <cost_model C>

@@ -168,6 +168,12 @@ struct cost_sum {
   {
     return trained.step_floor();
   }
+  /// The trained model's padding pass: a pass with no sequences runs no frozen network.
+  double padding_time() const
+    requires padding_cost_model<Trained>
+  {
+    return trained.padding_time();
+  }
   double memory(const load_type& l, int sp, int k) const {
     double workspace = 0, held = 0;
     for (const auto& f : forward) {

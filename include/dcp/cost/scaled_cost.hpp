@@ -121,6 +121,8 @@ class scaled_analytic_cost {
   /// their factors), the floor `time` takes its maximum with since it prices through
   /// `scaled_model()`; so the law holds as for `analytic_cost`. 0 unless zero3.
   double step_floor() const noexcept { return scaled_.step_floor(); }
+  /// A padding pass on the scaled device (`padding_cost_model`).
+  double padding_time() const noexcept { return scaled_.padding_time(); }
   /// The per-batch update on the scaled links (`update_cost_model`); 0 on section 4's clock.
   double update_seconds() const noexcept { return scaled_.update_seconds(); }
   double work_floor(const load_type& l, int sp, int k) const noexcept { return scaled_.work_floor(timed(l), sp, k); }

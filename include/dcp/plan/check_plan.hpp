@@ -14,6 +14,7 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/plan/coupling.hpp>
 #include <dcp/plan/pipeline_plan.hpp>
 #include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
@@ -112,7 +113,14 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
       if (sp > node && (st.ranks.first % node != 0 || sp % node != 0))
         fail(where + ": wider than a node of " + std::to_string(node) + " but not made of whole nodes");
     }
-    if (st.sequences.empty()) fail(where + ": has no sequences");
+    if (st.sequences.empty()) {  // only a padding pass of a coupled plan has none
+      if (!(stages == 1 && is_coupled(cost.layout())))
+        fail(where + ": has no sequences");
+      else if (sp != 1 || st.checkpointed_blocks != 0 || st.ring != 1)
+        fail(where + ": a padding pass (no sequences) runs on one unit with no checkpointed block and ring 1");
+      else if (const double t = padding_time_of(cost) / block_speed(p.speeds, st.ranks); !close(t, st.time_s))
+        fail(where + ": padding pass time " + std::to_string(st.time_s) + " s, cost model says " + std::to_string(t));
+    }
     if (st.checkpointed_blocks < 0 || st.checkpointed_blocks > cost.blocks())
       fail(where + ": checkpointed_blocks " + std::to_string(st.checkpointed_blocks) + " out of range");
     typename C::load_type load{};
@@ -172,6 +180,21 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
     }
     busy.assign(busy.size(), {});  // stages interleave micro-batches: the schedule above decides
   }
+  // Under collectives that span groups each domain runs its rounds in lockstep: counts agree and
+  // every start is the lockstep's (`plan/coupling.hpp`); the makespan is the last round's end.
+  const bool coupled = stages == 1 && is_coupled(cost.layout());
+  if (coupled) {
+    const std::size_t before = out.size();
+    for (auto& v : coupling_violations(p, cost.layout())) fail(std::move(v));
+    if (out.size() != before) return out;
+    plan derived = p;
+    derive_coupled_starts(derived, cost);
+    for (std::size_t i = 0; i < p.steps.size(); ++i)
+      if (!close(p.steps[i].start_s, derived.steps[i].start_s))
+        fail("step " + std::to_string(i) + " starts at " + std::to_string(p.steps[i].start_s) +
+             " s, its domain's lockstep round at " + std::to_string(derived.steps[i].start_s) + " s");
+    makespan = derived.makespan_s;
+  }
   // Rounds are barriers: a step starts after every step of every earlier round has ended.
   if (p.speeds.size() != 0 && p.speeds.size() != static_cast<std::size_t>(n))
     fail(std::to_string(p.speeds.size()) + " speed factors for " + std::to_string(n) + " GPUs");
@@ -180,7 +203,7 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
     fail("the plan has no speed factors for a cluster whose nodes run at different speeds");
   std::map<int, double> round_end;  // round -> latest end of its steps
   for (const auto& st : p.steps) round_end[st.round] = std::max(round_end[st.round], st.end_s());
-  for (std::size_t i = 0; i < p.steps.size() && stages == 1; ++i) {
+  for (std::size_t i = 0; i < p.steps.size() && stages == 1 && !coupled; ++i) {
     const auto& st = p.steps[i];
     double barrier = 0;
     for (auto it = round_end.begin(); it != round_end.end() && it->first < st.round; ++it) barrier = std::max(barrier, it->second);
@@ -214,6 +237,7 @@ std::vector<std::string> plan_violations(const plan& p, std::span<const sequence
   for (std::size_t i = 0; i < p.steps.size() && out.size() < 32; ++i) {
     const rank_block b = p.steps[i].ranks;
     if (b.size <= 0 || b.first < 0 || b.end() > n) continue;  // reported above
+    if (p.steps[i].sequences.empty()) continue;                // a padding pass: one unit, no group
     auto [it, fresh] = offered.try_emplace(b.size);
     if (fresh) {
       it->second.assign(static_cast<std::size_t>(n), 0);

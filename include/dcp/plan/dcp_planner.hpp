@@ -37,6 +37,10 @@
 ///    as if every node were the weakest (what `dcp-uniform` plans), timed on the cluster
 ///    (`retimed`), and kept where it ends sooner and holds every sequence the plan holds: a plan
 ///    told the nodes never ends later than the same planner told less.
+/// 11. rounds under coupled collectives: on a layout whose collectives span groups (zero3,
+///    ep > 1; every plan is made lockstep with padding passes, `plan/coupling.hpp`), the batch is
+///    also planned in synchronised rounds (`inter = false`, whose rounds are lockstep already)
+///    and kept where it ends sooner and holds every sequence the plan holds.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
 /// With per-GPU `speeds` (straggler-aware planning), or on a cluster whose nodes run at different
@@ -1130,6 +1134,7 @@ struct dcp_planner {
     }
     keep_sooner_baseline(best, ctx, batch, planning.bounds());
     keep_sooner_uniform(best, ctx, batch);
+    keep_sooner_rounds(best, ctx, batch);
     return best;
   }
   /// On `default_groups(cost)`.
@@ -1188,6 +1193,24 @@ struct dcp_planner {
       p.skipped = std::move(best.skipped);
       best = std::move(p);
     }
+  }
+
+  // Step 11: under coupled collectives the batch planned in synchronised rounds replaces `best`
+  // where it ends sooner and skips no more sequences; it carries dcp's bounds, name and skip
+  // reasons.
+  template <any_planning_context Ctx>
+  void keep_sooner_rounds(dcp::plan& best, const Ctx& ctx, std::span<const sequence> batch) const {
+    if (!inter || !is_coupled(ctx.cost.layout()) || best.makespan_s <= best.bound_s() * (1 + 1e-12)) return;
+    dcp_planner rounds = *this;
+    rounds.inter = false;
+    rounds.baselines.clear();
+    rounds.on_infeasible = infeasible_policy::skip;
+    dcp::plan p = rounds.plan(ctx, batch);
+    if (p.skipped.size() != best.skipped.size() || !(p.makespan_s < best.makespan_s * (1 - 1e-12))) return;
+    p.lower_bound_s = best.lower_bound_s, p.joint_lower_bound_s = best.joint_lower_bound_s;
+    p.method = best.method;
+    p.skipped = std::move(best.skipped);
+    best = std::move(p);
   }
 
   // Step 10: the batch planned on the cluster seen as its weakest node, timed on the cluster,

@@ -6,7 +6,9 @@
 /// With per-GPU speed factors, or on a cluster whose nodes differ in speed (`job_speeds`), a step
 /// lasts its cost model time over its slowest member's speed; `barrier()` starts a new round
 /// (every later step waits for every earlier one to end). Under pp > 1 `finish` makes the plan a
-/// 1F1B pipeline plan (`pipeline_plan`) in the order `order_pipeline` names.
+/// 1F1B pipeline plan (`pipeline_plan`) in the order `order_pipeline` names; on a layout whose
+/// collectives span groups (zero3, ep > 1) it makes the plan's rounds lockstep micro-steps with
+/// padding passes (`couple`).
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/plan/coupling.hpp>
 #include <dcp/plan/loss_weights.hpp>
 #include <dcp/plan/lower_bounds.hpp>
 #include <dcp/plan/pipeline_plan.hpp>
@@ -138,6 +141,8 @@ class plan_builder {
         throw error(errc::invalid_argument, "the layout has pp = " + std::to_string(stages) +
                                                 " pipeline stages, but its cost model prices no stage transfer; "
                                                 "plan pipelines on a pipeline_cost_model (analytic_cost)");
+    } else if (is_coupled(cost_.layout())) {
+      couple(plan_, cost_);  // collectives that span groups: lockstep rounds, padding passes
     } else {
       for (const auto& s : plan_.steps) plan_.makespan_s = std::max(plan_.makespan_s, s.end_s());
     }

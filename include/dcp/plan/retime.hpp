@@ -7,7 +7,9 @@
 /// The order's rules: under pp = 1 each GPU runs its steps in plan order, rounds are barriers (a
 /// step of round r starts only after every step of every earlier round has ended), and a gang
 /// step starts when all its members are free; under pp > 1 a step is a micro-batch of the 1F1B
-/// schedule (`schedule_pipeline`) and its start is its first forward on stage 0. The executor
+/// schedule (`schedule_pipeline`) and its start is its first forward on stage 0; on a layout
+/// whose collectives span groups (zero3, ep > 1) the rounds are each domain's lockstep micro-steps
+/// (`derive_coupled_starts`, `plan/coupling.hpp`). The executor
 /// (`sim/execute.hpp`) derives a truth's start times by the same function.
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
+#include <dcp/plan/coupling.hpp>
 #include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/speeds.hpp>
@@ -29,6 +32,7 @@ namespace dcp {
 /// pp > 1 the steps' stage split and transfers are `cost`'s (`pipeline_times`).
 template <cost_model C>
 void derive_starts(plan& p, const C& cost, int stages) {
+  if (stages <= 1 && is_coupled(cost.layout())) return derive_coupled_starts(p, cost);
   double makespan = 0;
   if (stages > 1) {
     if constexpr (pipeline_cost_model<C>) {
@@ -71,6 +75,10 @@ template <cost_model C>
 plan retimed(plan p, const C& cost, std::span<const double> stragglers) {
   p.speeds = job_speeds(cost.layout(), stragglers);
   for (auto& s : p.steps) {
+    if (s.sequences.empty()) {  // a padding pass of a coupled plan
+      s.time_s = padding_time_of(cost) / block_speed(p.speeds, s.ranks);
+      continue;
+    }
     typename C::load_type load{};
     for (const auto& q : s.sequences) load = load + cost.load_of(sequence{q.id, q.frames, q.spatial});
     s.time_s = time_with_ring(cost, load, s.sp(), s.checkpointed_blocks, s.ring) / block_speed(p.speeds, s.ranks);

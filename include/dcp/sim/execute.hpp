@@ -23,6 +23,10 @@
 ///     `dcp::error` naming its sp and k, never an infinite makespan;
 ///   - without jitter, a batch that ends below its lower bound on the truth is a `dcp::error`:
 ///     the truth's clock breaks a law the bound relies on (efficiency above 1 is never reported);
+///   - on a layout whose collectives span groups (zero3, ep > 1) a domain's micro-steps run in
+///     lockstep (`plan/coupling.hpp`): a round starts when the domain's previous one has ended,
+///     its members wait for each other block by block, and a padding pass lasts the truth's
+///     `padding_time` (jittered as a step is);
 ///   - the batch ends when the last GPU finishes.
 /// Under pp > 1 (DESIGN section 4.5) a step is a micro-batch: the same true time on every stage,
 /// split into forward and backward by `forward_share`, the truth's `stage_transfer` between
@@ -107,6 +111,11 @@ execution execute(const plan& p, const truth<T>& t, std::uint64_t batch_index = 
       return "plan step " + std::to_string(i) + " runs on ranks [" + std::to_string(s.ranks.first) + ", " +
              std::to_string(s.ranks.end()) + ") outside the " + std::to_string(n) + " GPUs";
     });
+    if (s.sequences.empty()) {  // a padding pass (coupled plans)
+      seconds[i] = padding_time_of(t.model);
+      memory[i] = t.model.memory(loads[i], 1, 0);
+      continue;
+    }
     const auto seqs = sequences_of(s);
     planned.insert(planned.end(), seqs.begin(), seqs.end());
     for (const auto& q : seqs) loads[i] = loads[i] + t.model.load_of(q);
