@@ -44,6 +44,7 @@
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/check_plan.hpp>
+#include <dcp/plan/coupling.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/feasibility.hpp>
@@ -59,9 +60,9 @@
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/probe.hpp>
-#include <dcp/plan/coupling.hpp>
 #include <dcp/plan/retime.hpp>
 #include <dcp/plan/sequence_options.hpp>
+#include <dcp/plan/shelves.hpp>
 #include <dcp/plan/speeds.hpp>
 #include <dcp/policies.hpp>
 #include <dcp/profile/memory_counter.hpp>

@@ -40,7 +40,9 @@
 /// 11. rounds under coupled collectives: on a layout whose collectives span groups (zero3,
 ///    ep > 1; every plan is made lockstep with padding passes, `plan/coupling.hpp`), the batch is
 ///    also planned in synchronised rounds (`inter = false`, whose rounds are lockstep already)
-///    and kept where it ends sooner and holds every sequence the plan holds.
+///    and kept where it ends sooner and holds every sequence the plan holds. Its own plans (with and
+///    without dissolving), and the best at the end, are also re-placed as shelves (`shelved`,
+///    `plan/shelves.hpp`) and kept where they end sooner.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
 /// With per-GPU `speeds` (straggler-aware planning), or on a cluster whose nodes run at different
@@ -83,6 +85,7 @@
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
 #include <dcp/plan/retime.hpp>
+#include <dcp/plan/shelves.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/sequence_options.hpp>
@@ -284,13 +287,13 @@ class dcp_planning {
     // Once: every candidate plan shares them. Under selective recompute the bounds' options are
     // the items' own.
     bounds_ = bounds_on(groups_);
-    plan best = candidates(method, norm);
+    plan best = shelves_if_sooner(candidates(method, norm), norm);
     if (dissolving_ && best.makespan_s > bounds_.joint_s) {
       // Dissolving steers the rebalancing and the candidates, which are heuristics: on the rare
       // batch where the plan without it ends sooner, that one is kept, so a floor never costs time
       // (a plan at the joint bound has nothing to fear).
       dissolving_ = false;
-      plan plain = candidates(method, norm);
+      plan plain = shelves_if_sooner(candidates(method, norm), norm);
       dissolving_ = true;
       if (plain.makespan_s < best.makespan_s) best = std::move(plain);
     }
@@ -298,6 +301,14 @@ class dcp_planning {
     std::sort(best.skipped.begin(), best.skipped.end(),  // in id order, like everything else here
               [](const skipped_sequence& a, const skipped_sequence& b) { return a.id < b.id; });
     return best;
+  }
+
+  /// Under coupled collectives, `p` or its steps re-placed as shelves (`shelved`), whichever
+  /// ends sooner; `p` otherwise.
+  plan shelves_if_sooner(plan p, loss_normalization norm) const {
+    if (!is_coupled(cost_.layout()) || p.steps.empty() || p.makespan_s <= p.bound_s() * (1 + 1e-12)) return p;
+    plan q = shelved(p, cost_, groups_, stragglers_, norm);
+    return q.makespan_s < p.makespan_s * (1 - 1e-12) ? q : p;
   }
 
   /// The lower bounds of the planned sequences on the context's blocks, after `run`.
@@ -1135,6 +1146,7 @@ struct dcp_planner {
     keep_sooner_baseline(best, ctx, batch, planning.bounds());
     keep_sooner_uniform(best, ctx, batch);
     keep_sooner_rounds(best, ctx, batch);
+    keep_sooner_shelves(best, ctx);
     return best;
   }
   /// On `default_groups(cost)`.
@@ -1211,6 +1223,14 @@ struct dcp_planner {
     p.method = best.method;
     p.skipped = std::move(best.skipped);
     best = std::move(p);
+  }
+
+  // Step 11, shelves, on the final plan (`shelved`, `plan/shelves.hpp`); `best` keeps its bounds.
+  template <any_planning_context Ctx>
+  void keep_sooner_shelves(dcp::plan& best, const Ctx& ctx) const {
+    if (!is_coupled(ctx.cost.layout()) || best.makespan_s <= best.bound_s() * (1 + 1e-12)) return;
+    if (dcp::plan p = shelved(best, ctx.cost, ctx.groups, speeds, loss); p.makespan_s < best.makespan_s * (1 - 1e-12))
+      best = std::move(p);
   }
 
   // Step 10: the batch planned on the cluster seen as its weakest node, timed on the cluster,
