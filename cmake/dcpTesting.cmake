@@ -8,7 +8,7 @@
 #                [TIMEOUT <seconds>]        # per test; default 120
 #                [NO_MAIN])                 # link GTest::gtest instead of GTest::gtest_main
 #
-# The executable links dcp::dcp, GoogleTest, the shared test helpers (dcp_test_support) and the
+# The executable links dcp_own (dcp::compiled or dcp::dcp), GoogleTest, the shared test helpers (dcp_test_support) and the
 # private warning flags (dcp_warnings).
 # Without MPI_RANKS every TEST() becomes its own ctest, named <target>.<Suite>.<Test>, discovered
 # when ctest runs (DISCOVERY_MODE PRE_TEST, so building never runs test binaries). With
@@ -31,7 +31,7 @@ endif()
 if(NOT TARGET dcp_test_support)
   add_library(dcp_test_support INTERFACE)
   target_include_directories(dcp_test_support INTERFACE "${CMAKE_CURRENT_LIST_DIR}/../tests/support")
-  target_link_libraries(dcp_test_support INTERFACE dcp::dcp)
+  target_link_libraries(dcp_test_support INTERFACE dcp_own)
 endif()
 
 # Test executables are built at DCP_TEST_OPTIMIZATION (default -O1) in the optimised
@@ -80,7 +80,7 @@ function(dcp_add_test)
   else()
     set(_gtest GTest::gtest_main)
   endif()
-  target_link_libraries(${arg_NAME} PRIVATE dcp::dcp ${_gtest} dcp_test_support dcp_warnings ${arg_LIBRARIES})
+  target_link_libraries(${arg_NAME} PRIVATE dcp_own ${_gtest} dcp_test_support dcp_warnings ${arg_LIBRARIES})
   dcp_test_optimization(${arg_NAME})
   list(LENGTH arg_SOURCES _sources)
   if(DCP_TEST_UNITY AND _sources GREATER 1)

@@ -28,3 +28,10 @@
 #else
 #define DCP_HAS_CTK() 0
 #endif
+
+// Compiled mode: defined by the dcp::compiled target (<dcp/compiled.hpp>).
+#if defined(DCP_COMPILED) && DCP_COMPILED
+#define DCP_HAS_COMPILED() 1
+#else
+#define DCP_HAS_COMPILED() 0
+#endif

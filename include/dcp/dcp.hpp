@@ -16,6 +16,7 @@
 #include <dcp/comm/ring.hpp>
 #include <dcp/comm/shard.hpp>
 #include <dcp/comm/ulysses.hpp>
+#include <dcp/compiled.hpp>
 #include <dcp/concept_diagnosis.hpp>
 #include <dcp/config.hpp>
 #include <dcp/cost/analytic.hpp>

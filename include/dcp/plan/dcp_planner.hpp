@@ -73,6 +73,7 @@
 #include <variant>
 #include <vector>
 
+#include <dcp/compiled.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/group/contiguous_groups.hpp>
@@ -84,11 +85,11 @@
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_builder.hpp>
-#include <dcp/plan/retime.hpp>
-#include <dcp/plan/shelves.hpp>
 #include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
+#include <dcp/plan/retime.hpp>
 #include <dcp/plan/sequence_options.hpp>
+#include <dcp/plan/shelves.hpp>
 #include <dcp/recompute/full_recompute.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
@@ -1110,45 +1111,10 @@ struct dcp_planner {
     return "dcp";
   }
 
+  /// Plans one global batch (the file comment's steps). Defined out of the class so that it is not
+  /// inline: the compiled mode (<dcp/compiled.hpp>) declares its common instantiations extern.
   template <any_planning_context Ctx>
-  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
-    ctx.validate();
-    pipeline.validate();
-    detail::dcp_planning planning(ctx, inter, intra, improve_moves, speeds, pipeline);
-    dcp::plan best = planning.run(batch, loss, on_infeasible, name());
-    // Blocks of other sizes do not nest with the powers of two (a block of 5 in a node of 8
-    // overlaps the blocks of 2 and 4 of both halves), so gang placement can fragment a node where
-    // aligned blocks would not. Where the manager offers such sizes, the plan is not within 0.1%
-    // of the bound, and it does not already end by the power-of-two blocks' own joint bound, the
-    // batch is also planned on those blocks alone and the plan that ends sooner is kept, with the
-    // bounds of every size (they are at most the power-of-two ones: more options): groups of any
-    // size never cost time (DESIGN 3.5).
-    if constexpr (!detail::is_powers_of_two_of<typename Ctx::groups_type>) {
-      const auto sizes = ctx.sp_sizes();
-      const bool other = std::any_of(sizes.begin(), sizes.end(),
-                                     [](int sp) { return !std::has_single_bit(static_cast<unsigned>(sp)); });
-      if (other && best.efficiency() < 0.999) {
-        const planning_context aligned{ctx.cost, ctx.recompute, powers_of_two_of<typename Ctx::groups_type>{ctx.groups}};
-        const bool may_beat_it = !aligned.sp_sizes().empty() &&
-                            best.makespan_s > planning.bounds_on(aligned.groups).joint_s * (1 + 1e-12);
-        if (may_beat_it) {
-          // Skipping, so that a sequence only a wider size holds costs this plan, not an error.
-          detail::dcp_planning again(aligned, inter, intra, improve_moves, speeds, pipeline);
-          dcp::plan p = again.run(batch, loss, infeasible_policy::skip, name());
-          if (p.skipped.size() == best.skipped.size() && p.makespan_s < best.makespan_s * (1 - 1e-12)) {
-            p.lower_bound_s = best.lower_bound_s, p.joint_lower_bound_s = best.joint_lower_bound_s;
-            p.skipped = std::move(best.skipped);
-            best = std::move(p);
-          }
-        }
-      }
-    }
-    keep_sooner_baseline(best, ctx, batch, planning.bounds());
-    keep_sooner_uniform(best, ctx, batch);
-    keep_sooner_rounds(best, ctx, batch);
-    keep_sooner_shelves(best, ctx);
-    return best;
-  }
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const;
   /// On `default_groups(cost)`.
   template <cost_model C, recompute_policy Recompute = selective_recompute>
   dcp::plan plan(const C& cost, std::span<const sequence> batch, const Recompute& recompute = {}) const {
@@ -1264,4 +1230,51 @@ struct dcp_planner {
 
 static_assert(planner<dcp_planner>);
 
+template <any_planning_context Ctx>
+dcp::plan dcp_planner::plan(const Ctx& ctx, std::span<const sequence> batch) const {
+  ctx.validate();
+  pipeline.validate();
+  detail::dcp_planning planning(ctx, inter, intra, improve_moves, speeds, pipeline);
+  dcp::plan best = planning.run(batch, loss, on_infeasible, name());
+  // Blocks of other sizes do not nest with the powers of two (a block of 5 in a node of 8
+  // overlaps the blocks of 2 and 4 of both halves), so gang placement can fragment a node where
+  // aligned blocks would not. Where the manager offers such sizes, the plan is not within 0.1%
+  // of the bound, and it does not already end by the power-of-two blocks' own joint bound, the
+  // batch is also planned on those blocks alone and the plan that ends sooner is kept, with the
+  // bounds of every size (they are at most the power-of-two ones: more options): groups of any
+  // size never cost time (DESIGN 3.5).
+  if constexpr (!detail::is_powers_of_two_of<typename Ctx::groups_type>) {
+    const auto sizes = ctx.sp_sizes();
+    const bool other = std::any_of(sizes.begin(), sizes.end(),
+                                   [](int sp) { return !std::has_single_bit(static_cast<unsigned>(sp)); });
+    if (other && best.efficiency() < 0.999) {
+      const planning_context aligned{ctx.cost, ctx.recompute, powers_of_two_of<typename Ctx::groups_type>{ctx.groups}};
+      const bool may_beat_it = !aligned.sp_sizes().empty() &&
+                          best.makespan_s > planning.bounds_on(aligned.groups).joint_s * (1 + 1e-12);
+      if (may_beat_it) {
+        // Skipping, so that a sequence only a wider size holds costs this plan, not an error.
+        detail::dcp_planning again(aligned, inter, intra, improve_moves, speeds, pipeline);
+        dcp::plan p = again.run(batch, loss, infeasible_policy::skip, name());
+        if (p.skipped.size() == best.skipped.size() && p.makespan_s < best.makespan_s * (1 - 1e-12)) {
+          p.lower_bound_s = best.lower_bound_s, p.joint_lower_bound_s = best.joint_lower_bound_s;
+          p.skipped = std::move(best.skipped);
+          best = std::move(p);
+        }
+      }
+    }
+  }
+  keep_sooner_baseline(best, ctx, batch, planning.bounds());
+  keep_sooner_uniform(best, ctx, batch);
+  keep_sooner_rounds(best, ctx, batch);
+  keep_sooner_shelves(best, ctx);
+  return best;
+}
+
 }  // namespace dcp
+
+#if DCP_HAS_COMPILED()
+// The compiled mode: the common contexts' instantiations are in dcp::compiled.
+#define DCP_DETAIL_EXTERN_DCP_PLANNER(C, R, G) DCP_DCP_PLANNER_ON(extern, C, R, G)
+DCP_COMPILED_CONTEXTS(DCP_DETAIL_EXTERN_DCP_PLANNER)
+#undef DCP_DETAIL_EXTERN_DCP_PLANNER
+#endif

@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include <dcp/compiled.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/feasibility.hpp>
@@ -161,35 +162,10 @@ struct dynamic_cp_planner {
   }
 
  private:
+  // Out of the class, so that it is not inline: the compiled mode (<dcp/compiled.hpp>) declares
+  // its common instantiations extern.
   template <any_planning_context Ctx>
-  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const {
-    ctx.validate();
-    const auto& cost = ctx.cost;
-    validate(cost);
-    require_tuned(max_tokens_per_rank != 0, name(), "max_tokens_per_rank");
-    std::vector<skipped_sequence> skipped;
-    std::vector<sequence> seqs;
-    const std::int64_t top = widest(ctx);
-    for (const auto& s : feasible_sequences(cost, batch, on_infeasible, skipped)) {
-      if (holds(cost, s, top)) {
-        seqs.push_back(s);
-        continue;
-      }
-      const std::string why =
-          "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) + " tokens needs CP size " +
-          std::to_string(cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank)) +
-          " under dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) +
-          ", over the widest legal group " + std::to_string(top) +
-          "; raise max_tokens_per_rank, or tune it with dcp::tune";
-      if (on_infeasible == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
-      else throw error(errc::infeasible, why);
-    }
-    plan_builder<typename Ctx::cost_type> builder(cost, name());
-    builder.skip(std::move(skipped));
-    if (!seqs.empty()) place(builder, ctx, seqs);
-    if (known != nullptr) return std::move(builder).finish(*known, loss);
-    return std::move(builder).finish(ctx.groups, seqs, loss);
-  }
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const;
 
   // One CP group of a micro-batch: its size, the estimated work and tokens of each member, and
   // its sequences (indices into the sorted batch).
@@ -372,4 +348,42 @@ struct dynamic_cp_planner {
 
 static_assert(planner<dynamic_cp_planner>);
 
+template <any_planning_context Ctx>
+dcp::plan dynamic_cp_planner::plan(const Ctx& ctx, std::span<const sequence> batch,
+                                   const batch_bounds* known) const {
+  ctx.validate();
+  const auto& cost = ctx.cost;
+  validate(cost);
+  require_tuned(max_tokens_per_rank != 0, name(), "max_tokens_per_rank");
+  std::vector<skipped_sequence> skipped;
+  std::vector<sequence> seqs;
+  const std::int64_t top = widest(ctx);
+  for (const auto& s : feasible_sequences(cost, batch, on_infeasible, skipped)) {
+    if (holds(cost, s, top)) {
+      seqs.push_back(s);
+      continue;
+    }
+    const std::string why =
+        "sequence " + std::to_string(s.id) + " of " + std::to_string(cost.tokens_of(s)) + " tokens needs CP size " +
+        std::to_string(cp_size_of(scheduled_tokens(cost.tokens_of(s), cost.gpus()), max_tokens_per_rank)) +
+        " under dynamic_cp max_tokens_per_rank = " + std::to_string(max_tokens_per_rank) +
+        ", over the widest legal group " + std::to_string(top) +
+        "; raise max_tokens_per_rank, or tune it with dcp::tune";
+    if (on_infeasible == infeasible_policy::skip) skipped.push_back({s.id, cost.tokens_of(s), why});
+    else throw error(errc::infeasible, why);
+  }
+  plan_builder<typename Ctx::cost_type> builder(cost, name());
+  builder.skip(std::move(skipped));
+  if (!seqs.empty()) place(builder, ctx, seqs);
+  if (known != nullptr) return std::move(builder).finish(*known, loss);
+  return std::move(builder).finish(ctx.groups, seqs, loss);
+}
+
 }  // namespace dcp
+
+#if DCP_HAS_COMPILED()
+// The compiled mode: the common contexts' instantiations are in dcp::compiled.
+#define DCP_DETAIL_EXTERN_DYNAMIC_CP_PLANNER(C, R, G) DCP_DYNAMIC_CP_PLANNER_ON(extern, C, R, G)
+DCP_COMPILED_CONTEXTS(DCP_DETAIL_EXTERN_DYNAMIC_CP_PLANNER)
+#undef DCP_DETAIL_EXTERN_DYNAMIC_CP_PLANNER
+#endif

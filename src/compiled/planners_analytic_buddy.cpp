@@ -1,0 +1,6 @@
+// dcp::compiled: the planners on (analytic_cost, selective_recompute, buddy_groups), one entry of
+// DCP_COMPILED_CONTEXTS (<dcp/compiled.hpp>). One context per file, so that they build in parallel.
+#include <dcp/plan/dcp_planner.hpp>
+
+DCP_DCP_PLANNER_ON(, ::dcp::analytic_cost, ::dcp::selective_recompute, ::dcp::buddy_groups)
+DCP_DYNAMIC_CP_PLANNER_ON(, ::dcp::analytic_cost, ::dcp::selective_recompute, ::dcp::buddy_groups)

@@ -1,0 +1,6 @@
+// dcp::compiled: the planners on (fitted_cost, selective_recompute, contiguous_groups), one entry of
+// DCP_COMPILED_CONTEXTS (<dcp/compiled.hpp>). One context per file, so that they build in parallel.
+#include <dcp/plan/dcp_planner.hpp>
+
+DCP_DCP_PLANNER_ON(, ::dcp::fitted_cost, ::dcp::selective_recompute, ::dcp::contiguous_groups)
+DCP_DYNAMIC_CP_PLANNER_ON(, ::dcp::fitted_cost, ::dcp::selective_recompute, ::dcp::contiguous_groups)
