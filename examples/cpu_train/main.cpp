@@ -7,6 +7,7 @@
 //
 // Every step prints the loss and the plan: groups (sp x count), micro-steps per rank, recomputed
 // blocks. The trainer is examples/cpu_train/trainer.hpp; the model tiny_transformer.hpp.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <utility>
 #include <sstream>
 #include <stdexcept>
@@ -35,6 +37,7 @@
 #include "calibrate.hpp"
 #include "profile_step.hpp"
 #include "trainer.hpp"
+#include "zero3.hpp"
 
 namespace {
 
@@ -51,6 +54,7 @@ struct arguments {
   synthetic_data data{.vocab = 32, .min_len = 8, .max_len = 2048, .seed = 1};
   int sequences = 2000;
   int ring = 1;  // largest Ulysses x Ring ring a step may use (1: Ulysses only)
+  std::string sharding = "zero1";  // zero3: parameters sharded over the ranks (zero3.hpp)
   std::int64_t batch_tokens = 0;  // 0: 1024 * ranks
   double fit_tokens = 512;
   bool profile = false;
@@ -91,6 +95,10 @@ arguments parse(int argc, char** argv) {
                  "the analytic planner's device holds this many tokens per rank with nothing checkpointed")
       ->check(trainer_cli::finite_in(1, 1e9));
   app.add_option("--seed", a.data.seed, "seed of the synthetic data");
+  app.add_option("--sharding", a.sharding,
+                 "zero1 (every rank holds the parameters) or zero3 (each rank holds 1/R of every block, "
+                 "gathered before use; plans run in lockstep with padding passes)")
+      ->check(CLI::IsMember({"zero1", "zero3"}));
   app.add_option("--ring", a.ring,
                  "steps may split sp = u x r with r <= R (a power of two): ring attention passes K/V blocks "
                  "around r ranks, so sp may exceed the heads (analytic planning only; 1: Ulysses only)")
@@ -173,7 +181,11 @@ void train(Comm& world, const arguments& a, Cost cost, Planner planner) {
   dcp::scheduler<dcp::transformer_spec, Comm, policies> sched(tiny_spec(a.model), world, cost, o, p);
   sched.set_dataset(a.data.make(a.sequences));
   tiny_transformer<T> model(a.model);
-  optimizer<T> opt({a.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam, a.lr}, model.params().size());
+  const bool zero3 = a.sharding == "zero3";
+  std::optional<zero3_shards<T, Comm>> shards;
+  if (zero3) shards.emplace(model, world);
+  optimizer<T> opt({a.optimizer == "sgd" ? optimizer_kind::sgd : optimizer_kind::adam, a.lr},
+                   zero3 ? shards->params().size() : model.params().size());
   const bool root = world.rank() == 0;
   if (root)
     std::printf("dcp-train-cpu: %d ranks, %s, %s planner, %s, model L=%d h=%d heads=%d f=%d V=%d %s, "
@@ -185,7 +197,8 @@ void train(Comm& world, const arguments& a, Cost cost, Planner planner) {
   for (int i = 0; i < a.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto batch = sched.sampler().next();
-    const auto s = train_step(sched, model, opt, a.data, batch.sequences);
+    const auto s = zero3 ? zero3_train_step(sched, model, *shards, opt, a.data, batch.sequences).step
+                         : train_step(sched, model, opt, a.data, batch.sequences);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(s.loss);
     // Every plan keeps the plan laws under the cost model it was made with (a profile included).
@@ -193,6 +206,9 @@ void train(Comm& world, const arguments& a, Cost cost, Planner planner) {
         !bad.empty())
       throw std::runtime_error("step " + std::to_string(i) + ": the plan breaks a plan law: " + bad.front());
     if (root && !a.quiet_plan) print_step(i, s, world.size(), a.model.blocks, sched.cost().blocks(), dt);
+    if (root && zero3 && !a.quiet_plan)
+      std::printf("          zero3: %zu padding passes\n",
+                  std::size_t(std::ranges::count_if(s.plan.steps, [](const auto& st) { return st.sequences.empty(); })));
   }
   if (root) {
     std::printf("loss curve:");
@@ -219,9 +235,16 @@ void run_with_planner(Comm& world, const arguments& a) {
     }
   };
   if (!a.profile && a.profile_in.empty() && !a.calibrate) {
-    go(dcp::make_analytic_cost(spec, device, {.gpus = world.size(), .gpus_per_node = device.gpus_per_node, .ring = a.ring}));
+    go(dcp::make_analytic_cost(spec, device,
+                               {.gpus = world.size(),
+                                .gpus_per_node = device.gpus_per_node,
+                                .sharding = a.sharding == "zero3" ? dcp::sharding_kind::zero3 : dcp::sharding_kind::zero1,
+                                .ring = a.ring}));
     return;
   }
+  dcp::check(a.sharding == "zero1", dcp::errc::invalid_argument, [] {
+    return std::string("--sharding zero3 plans on the analytic model; leave out --profile, --profile-in and --calibrate");
+  });
   // Rank 0 profiles (or reads the file) and broadcasts the JSON, so every rank plans with the same table.
   std::string text;
   if (world.rank() == 0) {

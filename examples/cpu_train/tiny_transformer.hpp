@@ -31,6 +31,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
@@ -104,6 +105,24 @@ struct param_layout {
     wout = take(h * V);
     size = at;
   }
+  /// The parameter units that ZeRO-3 gathers and reduce-scatters one at a time (FSDP's wrapping):
+  /// 0 the embeddings, 1 + l block l, blocks.size() + 1 the final norm and the head; each is a
+  /// contiguous range [first, second) of the flat vector, and together they cover it.
+  int units() const noexcept { return int(blocks.size()) + 2; }
+  std::pair<std::size_t, std::size_t> unit_range(int u) const {
+    const int L = int(blocks.size());
+    if (u == 0) return {tok_emb, L > 0 ? blocks.front().g1 : gf};
+    if (u <= L) return {blocks[size_t(u - 1)].g1, u < L ? blocks[size_t(u)].g1 : gf};
+    return {gf, size};
+  }
+};
+
+/// The `Units` of `forward_backward` when parameters are whole on every rank: nothing to gather.
+template <class T>
+struct whole_parameters {
+  void gather(int) {}
+  void reduce_scatter(int, std::span<T>) {}
+  void release(int) {}
 };
 
 /// The rank's part of one packed micro-step: the packed axis holds the step's sequences back to
@@ -236,6 +255,19 @@ class tiny_transformer {
   template <class Comm>
   T forward_backward(const packed_shard& s, Comm* comm, int checkpointed, std::span<T> grads,
                      Comm* ring = nullptr) const {
+    whole_parameters<T> whole;
+    return forward_backward(s, comm, checkpointed, grads, ring, whole);
+  }
+  /// The same with sharded parameters (ZeRO-3): `units.gather(u)` makes unit u's parameters whole
+  /// in `params()` before each use, `units.reduce_scatter(u, grads)` takes unit u's gradient out
+  /// of `grads` once the step has no more to add to it, and `units.release(u)` drops the gathered
+  /// copy (`param_layout::units`). Forward gathers the embeddings, then each block (released after
+  /// its forward), then the head; backward gathers each block again. Every call happens in this
+  /// order on every rank, also for a padding pass (a shard without tokens), which computes
+  /// nothing but joins every collective: the domain's members make the same calls.
+  template <class Comm, class Units>
+  T forward_backward(const packed_shard& s, Comm* comm, int checkpointed, std::span<T> grads, Comm* ring,
+                     Units& units) const {
     const int sp = comm ? comm->size() : 1;
     dcp::check(config_.heads % sp == 0, dcp::errc::invalid_argument, [&] {
       return "tiny_transformer: sp = " + std::to_string(sp) + " does not divide heads = " +
@@ -250,33 +282,46 @@ class tiny_transformer {
                [] { return std::string("tiny_transformer: gradient buffer size differs from the parameters"); });
     checkpointed = std::clamp(checkpointed, 0, config_.blocks);
     const std::int64_t n = s.local(), h = config_.hidden;
+    const int L = config_.blocks, head_unit = L + 1;
+    const bool padding = s.seq_begin.size() <= 1;  // a padding pass: no sequence, collectives only
     // Embedding.
+    units.gather(0);
     act<T> x(size_t(n * h));
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t j = 0; j < h; ++j)
         x[size_t(i * h + j)] = params_[layout_.tok_emb + size_t(s.tokens[size_t(i)] * h + j)] +
                                params_[layout_.pos_emb + size_t(s.positions[size_t(i)] * h + j)];
     // Blocks: keep everything of a normal block, only the input of a checkpointed one.
-    std::vector<block_state> states(size_t(config_.blocks));
-    for (int l = 0; l < config_.blocks; ++l) {
+    std::vector<block_state> states(static_cast<std::size_t>(L));
+    for (int l = 0; l < L; ++l) {
+      units.gather(1 + l);
       auto& st = states[size_t(l)];
       st.x_in = std::move(x);
-      x = block_forward(l, s, comm, ring, st);
+      if (!padding) x = block_forward(l, s, comm, ring, st);
       if (l < checkpointed) st.release_all_but_input();
+      units.release(1 + l);
     }
     // Head: loss and its gradient at once (logits are never stored).
+    units.gather(head_unit);
     act<T> dx(size_t(n * h), T(0));
-    const T loss = head(s, x, dx, grads);
+    const T loss = padding ? T(0) : head(s, x, dx, grads);
     x = act<T>();
+    units.reduce_scatter(head_unit, grads);
+    units.release(head_unit);
     // Blocks backward.
-    for (int l = config_.blocks - 1; l >= 0; --l) {
+    for (int l = L - 1; l >= 0; --l) {
+      units.gather(1 + l);
       auto& st = states[size_t(l)];
-      if (l < checkpointed) {
-        act<T> out = block_forward(l, s, comm, ring, st);  // recompute (communication included)
-        out = act<T>();
+      if (!padding) {
+        if (l < checkpointed) {
+          act<T> out = block_forward(l, s, comm, ring, st);  // recompute (communication included)
+          out = act<T>();
+        }
+        dx = block_backward(l, s, comm, ring, st, dx, grads);
       }
-      dx = block_backward(l, s, comm, ring, st, dx, grads);
       st = block_state();
+      units.reduce_scatter(1 + l, grads);
+      units.release(1 + l);
     }
     // Embedding backward.
     for (std::int64_t i = 0; i < n; ++i)
@@ -284,6 +329,8 @@ class tiny_transformer {
         grads[layout_.tok_emb + size_t(s.tokens[size_t(i)] * h + j)] += dx[size_t(i * h + j)];
         grads[layout_.pos_emb + size_t(s.positions[size_t(i)] * h + j)] += dx[size_t(i * h + j)];
       }
+    units.reduce_scatter(0, grads);
+    units.release(0);
     return loss;
   }
 
