@@ -119,4 +119,40 @@ def test_batch_sampler_yields_each_epoch_once_and_resumes():
     resumed = BatchSampler(dcp.Sampler(lengths, 2000, 3))
     resumed.load_state_dict(state)
     assert head + list(resumed) == first  # the rest of the epoch, from where it stopped
-    assert len(list(sampler)) == sampler.sampler.batches_in_epoch(1)  # the next epoch
+    second = list(sampler)
+    assert len(second) == sampler.sampler.batches_in_epoch(1)  # the next epoch
+    again.set_epoch(1)  # any epoch on demand, from its first batch
+    assert len(again) == len(second) and list(again) == second
+
+
+def test_data_loader_with_workers_resumes_where_the_loop_stopped():
+    import numpy as np
+
+    import dcp
+    from dcp.torch import BatchSampler, DataLoader
+
+    lengths = np.random.default_rng(1).integers(10, 500, 200)
+    documents = list(range(200))  # a dataset whose item i is sequence i
+
+    def loader(**kw):
+        return DataLoader(documents, BatchSampler(dcp.Sampler(lengths, 2000, 3)), num_workers=2, collate_fn=list,
+                          **kw)
+
+    whole = list(loader())
+    assert sorted(i for batch in whole for i in batch) == documents
+    run = loader(prefetch_factor=4)
+    it = iter(run)
+    head = [next(it) for _ in range(3)]
+    state = run.state_dict()
+    # The workers drew ahead of the loop: the sampler's own position is past what the loop took,
+    # and resuming from it would skip those batches.
+    assert run.batch_sampler.state_dict()["position"] > state["position"]
+    assert state["position"] == sum(len(b) for b in head)
+    del it
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == whole
+    with pytest.raises(TypeError):
+        DataLoader(documents, dcp.Sampler(lengths, 2000, 3))
+    with pytest.raises(ValueError):
+        BatchSampler(dcp.Sampler(lengths, 2000, 3)).state_dict(consumed=1)  # nothing taken yet

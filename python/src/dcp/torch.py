@@ -56,6 +56,7 @@ __all__ = [
     "checkpoint",
     "all_reduce_gradients",
     "BatchSampler",
+    "DataLoader",
     "StepTimer",
 ]
 
@@ -480,15 +481,26 @@ def all_reduce_gradients(parameters, group: Optional[dist.ProcessGroup | World] 
 
 class BatchSampler(torch.utils.data.Sampler):
     """A ``dcp.Sampler`` as a torch batch sampler: each iteration yields one epoch's global
-    batches (lists of sequence ids), the same on every rank; ``state_dict`` resumes mid-epoch."""
+    batches (lists of sequence ids), the same on every rank; ``len()`` is the epoch's number of
+    batches, ``set_epoch`` starts an epoch over, and ``state_dict`` resumes mid-epoch.
+
+    ``state_dict()`` is the position after the last batch *yielded*. A ``DataLoader`` with
+    workers draws batches ahead of the loop (``prefetch_factor`` per worker), so there the
+    position of the last batch the loop *received* is ``state_dict(consumed=n)``, n the batches
+    of this iteration the loop has taken; :class:`DataLoader` counts them and does that itself.
+    """
 
     def __init__(self, sampler: _dcp.Sampler) -> None:
         self.sampler = sampler
+        self._after: List[dict] = []  # the sampler's state after each batch of this iteration
+        self._start = sampler.state()
 
     def __iter__(self) -> Iterator[List[int]]:
         epoch = self.sampler.state()["epoch"]
+        self._start, self._after = self.sampler.state(), []
         while self.sampler.state()["epoch"] == epoch:
             ids = self.sampler.next()
+            self._after.append(self.sampler.state())
             yield ids.tolist()
             if self.sampler.batch_index >= self.sampler.batches_in_epoch(epoch):
                 return
@@ -496,11 +508,68 @@ class BatchSampler(torch.utils.data.Sampler):
     def __len__(self) -> int:
         return self.sampler.batches_in_epoch(self.sampler.state()["epoch"])
 
-    def state_dict(self) -> dict:
-        return self.sampler.state()
+    def set_epoch(self, epoch: int) -> None:
+        """The next iteration yields epoch ``epoch`` from its first batch."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"BatchSampler.set_epoch: epoch = {epoch!r} must be an int >= 0")
+        self.sampler.restore({"seed": self.sampler.state()["seed"], "epoch": epoch, "position": 0})
+        self._start, self._after = self.sampler.state(), []
+
+    def state_dict(self, consumed: Optional[int] = None) -> dict:
+        """The sampler's state after the last batch yielded, or after the first ``consumed``
+        batches of the current iteration (what a loop that ran ahead has actually taken)."""
+        if consumed is None:
+            return self.sampler.state()
+        if not isinstance(consumed, int) or isinstance(consumed, bool) or not 0 <= consumed <= len(self._after):
+            raise ValueError(
+                f"BatchSampler.state_dict: consumed = {consumed!r} must be an int in [0, {len(self._after)}], "
+                "the batches of this iteration taken so far")
+        return dict(self._start) if consumed == 0 else dict(self._after[consumed - 1])
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.restore(state)
+        self._start, self._after = self.sampler.state(), []
+
+
+class DataLoader:
+    """A ``torch.utils.data.DataLoader`` over a :class:`BatchSampler` whose ``state_dict`` is the
+    position of the batches the loop has received, with any number of workers: the loader's
+    workers draw ahead, and resuming from the sampler's own position would skip what they drew.
+    Other arguments go to torch's ``DataLoader`` (``batch_sampler`` is this one's)::
+
+        loader = dcp.torch.DataLoader(documents, dcp.torch.BatchSampler(sampler), num_workers=2,
+                                      collate_fn=list)
+        for batch in loader: ...
+        checkpoint["data"] = loader.state_dict()      # later: loader.load_state_dict(...)
+    """
+
+    def __init__(self, dataset, batch_sampler: BatchSampler, **kwargs) -> None:
+        if not isinstance(batch_sampler, BatchSampler):
+            raise TypeError(f"dcp.torch.DataLoader: batch_sampler must be a dcp.torch.BatchSampler, "
+                            f"not {type(batch_sampler).__name__}")
+        if "batch_size" in kwargs or "sampler" in kwargs or "shuffle" in kwargs:
+            raise ValueError("dcp.torch.DataLoader: the BatchSampler makes the batches; leave out batch_size, "
+                             "sampler and shuffle")
+        self.batch_sampler = batch_sampler
+        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+        self._consumed = 0
+
+    def __iter__(self):
+        self._consumed = 0
+        for batch in self._loader:  # in the sampler's order (torch keeps it: in_order)
+            self._consumed += 1
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def state_dict(self) -> dict:
+        """The sampler's position after the last batch this loader gave the loop."""
+        return self.batch_sampler.state_dict(consumed=self._consumed)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.load_state_dict(state)
+        self._consumed = 0
 
 
 class StepTimer:
