@@ -9,6 +9,7 @@
 /// of `simulate` are dcp-sim's for the same arguments.
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -545,6 +546,67 @@ dcp::loss_normalization loss_of(const std::string& name) {
   return name == "sample_mean" ? dcp::loss_normalization::sample_mean : dcp::loss_normalization::token_mean;
 }
 
+// Sets the named fields of `d` (the device's and its kernel clock's), then validates it; `who`
+// names the call in messages.
+// `value` as a T, or a TypeError naming the call, the field and the type it must have (nb::cast
+// would say only bad_cast).
+template <class T>
+T field_value(nb::handle value, const char* who, const std::string& field, const char* type) {
+  T out{};
+  if (!nb::try_cast(value, out))
+    nb::raise_type_error("%s: %s must be %s, not %s", who, field.c_str(), type, nb::type_name(value.type()).c_str());
+  return out;
+}
+
+void replace_device_fields(dcp::device_spec& d, const nb::kwargs& fields, const char* who) {
+  for (auto [key, value] : fields) {
+    const std::string k = nb::cast<std::string>(key);
+    if (k == "name") {
+      d.name = field_value<std::string>(value, who, k, "a str");
+    } else if (k == "gpus_per_node") {
+      d.gpus_per_node = field_value<int>(value, who, k, "an int");
+    } else if (k == "precision") {
+      const std::string p = field_value<std::string>(value, who, k, "a str");
+      dcp::check(p == "bf16" || p == "fp8", dcp::errc::invalid_argument,
+                 [&] { return std::string(who) + ": precision = '" + p + "'; use bf16 or fp8"; });
+      d.precision = p == "fp8" ? dcp::gemm_precision::fp8 : dcp::gemm_precision::bf16;
+    } else {
+      dcp::kernel_clock& c = d.kernel;
+      double* field = k == "peak"                      ? &d.peak
+                      : k == "eff_max"                 ? &d.eff_max
+                      : k == "x_half"                  ? &d.x_half
+                      : k == "alpha"                   ? &d.alpha
+                      : k == "tau"                     ? &d.tau
+                      : k == "bw_intra"                ? &d.bw_intra
+                      : k == "bw_inter"                ? &d.bw_inter
+                      : k == "mem_bytes"               ? &d.mem_bytes
+                      : k == "usable"                  ? &d.usable
+                      : k == "beta"                    ? &d.beta
+                      : k == "attention_forward"       ? &c.attention_forward
+                      : k == "attention_forward_half"  ? &c.attention_forward_half
+                      : k == "attention_backward"      ? &c.attention_backward
+                      : k == "attention_backward_half" ? &c.attention_backward_half
+                      : k == "attention_causal"        ? &c.attention_causal
+                      : k == "head_width_64"           ? &c.head_width_64
+                      : k == "head_width_256"          ? &c.head_width_256
+                      : k == "tp_exposed"              ? &c.tp_exposed
+                      : k == "hbm_bw"                  ? &c.hbm_bw
+                      : k == "reserved_bytes"          ? &c.reserved_bytes
+                      : k == "fp8_gemm"                ? &c.fp8_gemm
+                                                       : nullptr;
+      dcp::check(field != nullptr, dcp::errc::invalid_argument, [&] {
+        return std::string(who) + ": no field '" + k +
+               "'; fields are name, peak, eff_max, x_half, alpha, tau, bw_intra, bw_inter, gpus_per_node, mem_bytes, "
+               "usable, beta, precision and the kernel clock's attention_forward, attention_forward_half, "
+               "attention_backward, attention_backward_half, attention_causal, head_width_64, head_width_256, "
+               "tp_exposed, hbm_bw, reserved_bytes, fp8_gemm";
+      });
+      *field = field_value<double>(value, who, k, "a number");
+    }
+  }
+  dcp::validate(d);
+}
+
 }  // namespace
 
 NB_MODULE(_dcp, m) {
@@ -661,40 +723,43 @@ NB_MODULE(_dcp, m) {
       .def_ro("alpha", &dcp::device_spec::alpha)
       .def_ro("tau", &dcp::device_spec::tau)
       .def_ro("beta", &dcp::device_spec::beta)
+      .def_prop_ro("reserved_bytes", [](const dcp::device_spec& d) { return d.kernel.reserved_bytes; })
+      .def_prop_ro("precision", [](const dcp::device_spec& d) { return dcp::to_string(d.precision); })
       .def(
           "replace",
           [](const dcp::device_spec& d, const nb::kwargs& fields) {
             dcp::device_spec out = d;
-            for (auto [key, value] : fields) {
-              const std::string k = nb::cast<std::string>(key);
-              if (k == "name")
-                out.name = nb::cast<std::string>(value);
-              else if (k == "gpus_per_node")
-                out.gpus_per_node = nb::cast<int>(value);
-              else {
-                double* field = k == "peak"        ? &out.peak
-                                : k == "eff_max"   ? &out.eff_max
-                                : k == "x_half"    ? &out.x_half
-                                : k == "alpha"     ? &out.alpha
-                                : k == "tau"       ? &out.tau
-                                : k == "bw_intra"  ? &out.bw_intra
-                                : k == "bw_inter"  ? &out.bw_inter
-                                : k == "mem_bytes" ? &out.mem_bytes
-                                : k == "usable"    ? &out.usable
-                                : k == "beta"      ? &out.beta
-                                                   : nullptr;
-                dcp::check(field != nullptr, dcp::errc::invalid_argument, [&] {
-                  return "Device.replace: no field '" + k +
-                         "'; fields are name, peak, eff_max, x_half, alpha, tau, bw_intra, bw_inter, gpus_per_node, "
-                         "mem_bytes, usable, beta";
-                });
-                *field = nb::cast<double>(value);
-              }
-            }
-            dcp::validate(out);
+            replace_device_fields(out, fields, "Device.replace");
             return out;
           },
-          "fields"_a, "A copy with the named fields replaced (a measured or scaled device), validated.")
+          "fields"_a,
+          "A copy with the named fields replaced (a measured or scaled device), validated: the device's own "
+          "fields and its kernel clock's (DESIGN 4.6).")
+      .def_static(
+          "custom",
+          [](double memory_gb, nb::handle peak_tflops, int gpus_per_node, const std::string& base,
+             const nb::kwargs& fields) {
+            dcp::check(std::isfinite(memory_gb) && memory_gb > 0, dcp::errc::invalid_argument, [&] {
+              return "Device.custom: memory_gb = " + std::to_string(memory_gb) +
+                     " must be a positive number of GB per GPU";
+            });
+            dcp::device_spec out = dcp::devices::preset(base);
+            out.name = "custom";
+            out.mem_bytes = memory_gb * 1e9;
+            out.gpus_per_node = gpus_per_node;
+            if (!peak_tflops.is_none()) {
+              const double t = nb::cast<double>(peak_tflops);
+              dcp::check(std::isfinite(t) && t > 0, dcp::errc::invalid_argument, [&] {
+                return "Device.custom: peak_tflops = " + std::to_string(t) + " must be a positive dense TFLOP/s";
+              });
+              out.peak = t * 1e12;
+            }
+            replace_device_fields(out, fields, "Device.custom");
+            return out;
+          },
+          "memory_gb"_a, "peak_tflops"_a = nb::none(), "gpus_per_node"_a = 8, "base"_a = "h200", "fields"_a,
+          "A machine that is no preset: `base`'s constants (a preset name) with memory_gb GB per GPU, "
+          "peak_tflops dense TFLOP/s (default: the base's), gpus_per_node, and any field `replace` takes; validated.")
       .def("capacity", &dcp::device_spec::capacity, "Bytes per GPU a step may use.")
       .def("__eq__", [](const dcp::device_spec& a, const dcp::device_spec& b) { return a == b; })
       .def("__repr__", [](const dcp::device_spec& d) {

@@ -400,6 +400,28 @@ def test_scheduler_and_device_errors_name_the_value():
         d.replace(mem_bytes=-1)
 
 
+def test_a_machine_that_is_no_preset_and_every_field_replaceable():
+    h200 = dcp.device_preset("h200")
+    d = dcp.Device.custom(memory_gb=96, peak_tflops=700, gpus_per_node=4)
+    assert (d.name, d.mem_bytes, d.peak, d.gpus_per_node) == ("custom", 96e9, 700e12, 4)
+    assert d.capacity() == pytest.approx(96e9 * h200.usable - h200.reserved_bytes)
+    assert dcp.Device.custom(memory_gb=141).peak == h200.peak  # the base's peak by default
+    # The kernel clock's fields are replaceable too, and price what they say.
+    assert h200.reserved_bytes > 0
+    lean = h200.replace(reserved_bytes=0)
+    assert lean.capacity() == pytest.approx(h200.capacity() + h200.reserved_bytes)
+    assert dcp.Cost("llama3-8b", lean, gpus=8).capacity() > dcp.Cost("llama3-8b", h200, gpus=8).capacity()
+    assert h200.replace(precision="fp8").precision == "fp8"
+    with pytest.raises(dcp.Error, match="memory_gb = -1"):
+        dcp.Device.custom(memory_gb=-1)
+    with pytest.raises(dcp.Error, match="precision = 'fp4'"):
+        h200.replace(precision="fp4")
+    with pytest.raises(dcp.Error, match="no field 'memory'"):
+        dcp.Device.custom(memory_gb=80, memory=1)
+    with pytest.raises(TypeError, match="Device.replace: peak must be a number, not str"):
+        h200.replace(peak="fast")
+
+
 def test_scheduler_tunes_its_pipeline_knobs_on_the_dataset():
     cost = dcp.Cost("llama3-8b", "h200", gpus=32, pp=4)
     data = random_lengths(21, n=400, high=131072)

@@ -99,9 +99,24 @@ class Device:
     def tau(self) -> float: ...
     @property
     def beta(self) -> float: ...
+    @property
+    def reserved_bytes(self) -> float:
+        """Bytes per GPU the framework holds back (the kernel clock's; 0 on section 4's clock)."""
+    @property
+    def precision(self) -> str:
+        """The GEMM format, "bf16" or "fp8"."""
     def replace(self, **fields: Any) -> Device:
-        """A copy with the named fields replaced (name, peak, eff_max, x_half, alpha, tau,
-        bw_intra, bw_inter, gpus_per_node, mem_bytes, usable, beta), validated."""
+        """A copy with the named fields replaced, validated: name, peak, eff_max, x_half, alpha,
+        tau, bw_intra, bw_inter, gpus_per_node, mem_bytes, usable, beta, precision ("bf16" or
+        "fp8") and the kernel clock's attention_forward, attention_forward_half,
+        attention_backward, attention_backward_half, attention_causal, head_width_64,
+        head_width_256, tp_exposed, hbm_bw, reserved_bytes, fp8_gemm (DESIGN 4.6)."""
+    @staticmethod
+    def custom(memory_gb: float, peak_tflops: Optional[float] = None, gpus_per_node: int = 8, base: str = "h200",
+               **fields: Any) -> Device:
+        """A machine that is no preset: ``base``'s constants (a preset name) with ``memory_gb`` GB
+        per GPU, ``peak_tflops`` dense TFLOP/s (default: the base's), ``gpus_per_node``, and any
+        field :meth:`replace` takes; validated."""
     def capacity(self) -> float: ...
     def __eq__(self, other: object) -> bool: ...
 
