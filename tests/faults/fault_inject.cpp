@@ -6,6 +6,8 @@
 // Scenarios (the faulty rank is the last one, size() - 1):
 //   exit-mid-all-to-all  every rank runs all-to-alls back to back; the faulty rank's watchdog
 //                        thread ends its process (_Exit, no MPI_Finalize) while it is inside one.
+//   stopped-mid-all-to-all  the same, but the faulty rank stops (SIGSTOP) instead of exiting.
+// A survivor's report names the faulty rank: the timeout's roll call gets no answer from it.
 //   never-joins-group    every rank but the faulty one splits the world into groups; the faulty
 //                        rank never calls split (it stays alive, stuck, until the job is ended).
 //   plan-mismatch        every rank plans a global batch with dcp::scheduler, the faulty one from
@@ -24,6 +26,7 @@
 // processes of one host (CLOCK_MONOTONIC); ctest starts all 4 ranks on the local host.
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -56,7 +59,8 @@ std::int64_t now_ns() {
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
-               "usage: dcp-fault-inject exit-mid-all-to-all|never-joins-group|plan-mismatch|none [timeout_ms]\n");
+               "usage: dcp-fault-inject exit-mid-all-to-all|stopped-mid-all-to-all|never-joins-group|plan-mismatch|none "
+               "[timeout_ms]\n");
   std::exit(64);
 }
 
@@ -92,18 +96,20 @@ void report(int rank, const dcp::error& e, clock_type::time_point fault_at, std:
   std::_Exit(2);  // not reached: MPI_Abort ends this process too
 }
 
-int exit_mid_all_to_all(dcp::mpi_comm& world, std::chrono::milliseconds timeout) {
+// `stop`: the faulty rank stops (SIGSTOP, as a debugger or a frozen node would) instead of exiting.
+int fault_mid_all_to_all(dcp::mpi_comm& world, std::chrono::milliseconds timeout, bool stop) {
   const int faulty = world.size() - 1;
   // Rank 0 picks the moment of the fault; everyone learns it (same host: one steady clock).
   std::int64_t fault_ns[1] = {now_ns() + std::int64_t{400'000'000}};
   world.broadcast(std::span<std::int64_t>(fault_ns), 0);
   const clock_type::time_point fault_at{std::chrono::nanoseconds(fault_ns[0])};
   if (world.rank() == faulty) {
-    std::thread([fault_at, faulty] {
+    std::thread([fault_at, faulty, stop] {
       std::this_thread::sleep_until(fault_at);
-      std::fprintf(stderr, "dcp-fault: rank %d exits now, inside an all-to-all, without MPI_Finalize\n",
-                   faulty);
+      std::fprintf(stderr, "dcp-fault: rank %d %s now, inside an all-to-all\n", faulty,
+                   stop ? "stops (SIGSTOP)" : "exits without MPI_Finalize");
       std::fflush(stderr);
+      if (stop) std::raise(SIGSTOP);  // every thread of the process halts; MPI_Abort's kill ends it
       std::_Exit(3);
     }).detach();
   }
@@ -119,7 +125,8 @@ int exit_mid_all_to_all(dcp::mpi_comm& world, std::chrono::milliseconds timeout)
     report(world.rank(), e, fault_at, timeout);
     end_job_as_survivor(world, faulty, timeout);
   }
-  std::fprintf(stderr, "dcp-fault: rank %d saw no error long after rank %d exited\n", world.rank(), faulty);
+  std::fprintf(stderr, "dcp-fault: rank %d saw no error long after rank %d %s\n", world.rank(), faulty,
+               stop ? "stopped" : "exited");
   return 1;
 }
 
@@ -194,7 +201,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dcp-fault: needs at least 3 ranks (mpirun -np 4), got %d\n", world.size());
       return 64;
     }
-    if (scenario == "exit-mid-all-to-all") rc = exit_mid_all_to_all(world, timeout);
+    if (scenario == "exit-mid-all-to-all") rc = fault_mid_all_to_all(world, timeout, false);
+    else if (scenario == "stopped-mid-all-to-all") rc = fault_mid_all_to_all(world, timeout, true);
     else if (scenario == "never-joins-group") rc = never_joins_group(world, timeout);
     else if (scenario == "plan-mismatch") rc = plan_agreement(world, timeout, true);
     else if (scenario == "none") rc = plan_agreement(world, timeout, false);

@@ -9,9 +9,15 @@
 /// - Timeouts: every operation is nonblocking (`MPI_Ialltoall`, `MPI_Iallreduce`, ...) and polled
 ///   with `MPI_Test` until `timeout()` (spinning, then yielding, then sleeping up to 100 us
 ///   between polls once a wait passes 1 ms: `detail::poll_backoff`). On a timeout the call
-///   throws `dcp::error` with `errc::timeout` naming the operation and this rank (MPI cannot
-///   tell which peer is missing; for point-to-point it names the peer), and the communicator is
-///   aborted: later calls throw `errc::aborted`. It does NOT call `MPI_Abort`: the caller
+///   throws `dcp::error` with `errc::timeout` naming the operation and this rank (for
+///   point-to-point, the peer), and the communicator is aborted: later calls throw
+///   `errc::aborted`. MPI cannot tell which peer is missing, so before throwing the rank holds a
+///   roll call: it asks every peer where it is, on two tags point-to-point calls may not use
+///   (the top two of MPI_TAG_UB); a peer waiting in any call of this communicator answers at its
+///   next poll, naming that call. The error then names the ranks that answered (and the calls
+///   they wait in, where they differ) and those that did not within the roll call's grace
+///   (a quarter of the timeout, at most 0.5 s): stopped, exited, or busy outside this
+///   communicator's calls. It does NOT call `MPI_Abort`: the caller
 ///   decides (`abort_job()` does it). A timed-out collective cannot be cancelled in MPI, so its
 ///   request is kept (never freed) and its buffers must stay alive until the process ends or the
 ///   late peer joins; receives are matched by probing first, so a timed-out `recv` leaves
@@ -94,6 +100,15 @@ class poll_backoff {
 struct mpi_orphan {
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<int> arrays;
+  std::vector<std::byte> payload;  // a roll-call message in flight
+};
+
+// One message of a timeout's roll call: a question (`answer` 0) or an answer naming the call the
+// peer waits in and how many waits it has entered on the communicator.
+struct mpi_rollcall_note {
+  std::int64_t answer = 0;
+  std::int64_t waits = 0;
+  char call[48] = {};
 };
 
 // Fixed-size wire form of `call_meta` for the checked mode.
@@ -311,10 +326,12 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
     detail::poll_backoff backoff;
+    ++waits_, waiting_in_ = "recv";
     for (int flag = 0; !flag;) {
       detail::mpi_check(MPI_Improbe(peer, tag, comm_, &flag, &msg, &st), "MPI_Improbe", where("recv"));
       if (!flag) {
         if (clock::now() > dl) timed_out("recv", peer);
+        answer_rollcall();
         backoff.pause();
       }
     }
@@ -353,6 +370,8 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
     std::swap(owning_, o.owning_);
     std::swap(checked_, o.checked_);
     std::swap(orphans_, o.orphans_);
+    std::swap(waits_, o.waits_);
+    std::swap(waiting_in_, o.waiting_in_);
   }
 
   std::string where_detail() const { return {}; }
@@ -367,13 +386,109 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
 
   void check_p2p(const char* what, int peer, int tag) const {
     detail::check_peer(what, peer, size_);
-    int* ub = nullptr;
-    int has = 0;
-    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has);
-    const int max_tag = has && ub ? *ub : 32767;
+    const int max_tag = rollcall_question_tag() - 1;  // the top two are the roll call's
     check(tag >= 0 && tag <= max_tag, errc::invalid_argument, [&] {
       return std::string(what) + ": tag " + std::to_string(tag) + " out of range [0, " + std::to_string(max_tag) + "]";
     });
+  }
+
+  int tag_ub() const {
+    int* ub = nullptr;
+    int has = 0;
+    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has);
+    return has && ub ? *ub : 32767;
+  }
+  int rollcall_question_tag() const { return tag_ub() - 1; }
+  int rollcall_answer_tag() const { return tag_ub(); }
+
+  // Sends a roll-call note to `peer` without waiting; the message's request and bytes are kept
+  // until the process ends (a stopped peer may never take it). Errors are ignored: a roll call
+  // only adds to a timeout's message.
+  void post_note(const detail::mpi_rollcall_note& note, int peer, int tag) noexcept {
+    try {
+      detail::mpi_orphan o;
+      o.payload.resize(sizeof note);
+      std::memcpy(o.payload.data(), &note, sizeof note);
+      if (MPI_Isend(o.payload.data(), int(sizeof note), MPI_BYTE, peer, tag, comm_, &o.request) == MPI_SUCCESS)
+        orphans_.push_back(std::move(o));
+    } catch (...) {
+    }
+  }
+
+  // Answers every roll-call question that has arrived: where this rank waits.
+  void answer_rollcall() noexcept {
+    const int question = rollcall_question_tag();
+    for (;;) {
+      int flag = 0;
+      MPI_Message msg = MPI_MESSAGE_NULL;
+      MPI_Status st;
+      if (MPI_Improbe(MPI_ANY_SOURCE, question, comm_, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
+      detail::mpi_rollcall_note q;
+      if (MPI_Mrecv(&q, int(sizeof q), MPI_BYTE, &msg, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+      detail::mpi_rollcall_note a;
+      a.answer = 1;
+      a.waits = waits_;
+      std::strncpy(a.call, waiting_in_, sizeof a.call - 1);
+      post_note(a, st.MPI_SOURCE, rollcall_answer_tag());
+    }
+  }
+
+  // The roll call of a timed-out wait in `what`: asks every peer, collects the answers for the
+  // grace period (answering the peers' own questions meanwhile) and says who answered, where.
+  std::string rollcall(const char* what) noexcept {
+    try {
+      const int n = size_;
+      if (n <= 1) return {};
+      detail::mpi_rollcall_note q;
+      q.waits = waits_;
+      std::strncpy(q.call, what, sizeof q.call - 1);
+      for (int r = 0; r < n; ++r)
+        if (r != rank_) post_note(q, r, rollcall_question_tag());
+      const auto grace = std::clamp(timeout_ / 4, std::chrono::milliseconds(20), std::chrono::milliseconds(500));
+      const auto dl = clock::now() + grace;
+      std::vector<detail::mpi_rollcall_note> notes(static_cast<std::size_t>(n));
+      std::vector<char> answered(static_cast<std::size_t>(n), 0);
+      int left = n - 1;
+      while (left > 0 && clock::now() < dl) {
+        answer_rollcall();
+        int flag = 0;
+        MPI_Message msg = MPI_MESSAGE_NULL;
+        MPI_Status st;
+        if (MPI_Improbe(MPI_ANY_SOURCE, rollcall_answer_tag(), comm_, &flag, &msg, &st) == MPI_SUCCESS && flag) {
+          detail::mpi_rollcall_note a;
+          if (MPI_Mrecv(&a, int(sizeof a), MPI_BYTE, &msg, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+              st.MPI_SOURCE >= 0 && st.MPI_SOURCE < n && !answered[std::size_t(st.MPI_SOURCE)]) {
+            answered[std::size_t(st.MPI_SOURCE)] = 1, notes[std::size_t(st.MPI_SOURCE)] = a, --left;
+          }
+          continue;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      std::string silent, elsewhere;
+      int here = 0;
+      for (int r = 0; r < n; ++r) {
+        if (r == rank_) continue;
+        const auto& a = notes[std::size_t(r)];
+        if (!answered[std::size_t(r)]) {
+          silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+        } else if (std::string(a.call, strnlen(a.call, sizeof a.call)) != what || a.waits != waits_) {
+          elsewhere += (elsewhere.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " waits in " +
+                       std::string(a.call, strnlen(a.call, sizeof a.call)) + " (its wait " + std::to_string(a.waits) +
+                       ", this rank's " + std::to_string(waits_) + ")";
+        } else {
+          ++here;
+        }
+      }
+      std::string out = "; roll call (" + detail::seconds_string(grace) + "): " + std::to_string(here) + " of " +
+                        std::to_string(n - 1) + " peers wait in this call";
+      if (!elsewhere.empty()) out += "; " + elsewhere;
+      if (!silent.empty())
+        out += "; no answer from rank" + std::string(silent.find(',') == std::string::npos ? " " : "s ") + silent +
+               " (stopped, exited, or busy outside this communicator's calls)";
+      return out;
+    } catch (...) {
+      return {};
+    }
   }
 
   template <class T>
@@ -451,12 +566,15 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
   }
 
   void wait(detail::mpi_orphan& o, const char* what, int peer = -1) {
-    const auto dl = clock::now() + timeout_;
+    const auto start = clock::now(), dl = start + timeout_;
+    ++waits_, waiting_in_ = what;
     detail::poll_backoff backoff;
     for (int flag = 0;;) {
       detail::mpi_check(MPI_Test(&o.request, &flag, MPI_STATUS_IGNORE), "MPI_Test", where(what));
       if (flag) return;
-      if (clock::now() > dl) break;
+      const auto now = clock::now();
+      if (now > dl) break;
+      if (now - start > std::chrono::milliseconds(1)) answer_rollcall();  // a peer's timeout asks
       backoff.pause();
     }
     orphans_.push_back(std::move(o));
@@ -464,7 +582,7 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
   }
 
   [[noreturn]] void timed_out(const char* what, int peer) {
-    std::string msg = timed_out_text(what, peer);
+    std::string msg = timed_out_text(what, peer) + rollcall(what);
     aborted_ = true;
     throw error(errc::timeout, msg + "; the communicator is aborted (call abort_job() to end the MPI job)");
   }
@@ -473,6 +591,8 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
   bool owning_ = false;
   bool checked_ = true;
   std::vector<detail::mpi_orphan> orphans_;
+  std::int64_t waits_ = 0;            // waits entered on this handle (a roll call's answer names it)
+  const char* waiting_in_ = "none";  // the call of the latest wait
 };
 
 static_assert(communicator<mpi_comm>);
