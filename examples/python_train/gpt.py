@@ -45,7 +45,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, ctx: dcp.torch.StepContext) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv(self.ln1(x)).view(t, self.heads, 3 * self.head_dim).split(self.head_dim, -1)
-        h = x + self.proj(dcp.torch.attention(q, k, v, ctx, causal=True).reshape(t, -1))
+        # reshape to the width, not -1: a padding pass (no tokens) has t = 0
+        h = x + self.proj(dcp.torch.attention(q, k, v, ctx, causal=True).reshape(t, self.heads * self.head_dim))
         return h + self.fc2(nn.functional.gelu(self.fc1(self.ln2(h))))
 
 

@@ -1,7 +1,8 @@
 """dcp.torch under torchrun: parameters after 3 optimizer steps under dcp, bucket and packed plans
 on 1, 2 and 4 CPU ranks (gloo, float64) equal a single-process full-batch run to 1e-10 relative,
 with sp > 1, uneven shards, unequal accumulation, recompute and Ulysses x Ring steps present
-(asserted present); so do worlds that are part of the job (replicas, a DeviceMesh dimension).
+(asserted present); so do worlds that are part of the job (replicas, a DeviceMesh dimension),
+and FSDP2 under zero3 plans with padding passes (ctest python.fsdp2, label collectives).
 Collective calls made by one rank only are dcp.Error (timeout) naming the call. Skipped, saying
 why, where torch 2.x or its gloo backend is missing."""
 
@@ -52,6 +53,21 @@ def test_training_under_plans_equals_full_batch(nproc, tmp_path):
     if nproc == 4:
         assert runs["ring/dcp"]["ulysses_and_ring"]
         assert found["process_groups"] > 0
+
+
+def test_fsdp2_runs_coupled_plans_exactly(tmp_path):
+    """FSDP2 (fully_shard on a DeviceMesh, each block a unit) under zero3 plans of dcp, bucket and
+    packed on 4 ranks: every plan is lockstep, padding passes join the gathers and
+    reduce-scatters, and the parameters equal the full-batch run."""
+    out = tmp_path / "found.json"
+    run = torchrun(4, os.path.join(HERE, "torch_fsdp.py"), str(out))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    found = json.loads(out.read_text())
+    assert set(found["runs"]) == {"dcp", "bucket", "packed"}
+    for name, r in found["runs"].items():
+        assert r["lockstep"], name
+        assert r["max_relative_difference"] <= TOLERANCE, (name, r)
+    assert found["runs"]["dcp"]["padding_passes"] > 0 and found["runs"]["bucket"]["padding_passes"] > 0
 
 
 @pytest.mark.parametrize("worlds", ["replicas", "uneven", "mesh"])

@@ -291,7 +291,14 @@ class MicroBatch:
 def micro_batch(step: _dcp.RankStep, groups: ProcessGroups, documents: Callable[[int], Sequence[int]] | Sequence,
                 dtype: torch.dtype = torch.float64, device: Optional[torch.device] = None) -> MicroBatch:
     """This rank's token shard of ``step``: ``documents[id]`` (or ``documents(id)``) holds the
-    sequence's tokens followed by its last target (``tokens + 1`` of them)."""
+    sequence's tokens followed by its last target (``tokens + 1`` of them).
+
+    A padding pass (a step without sequences: under ZeRO-3/FSDP or expert parallelism a rank
+    with fewer micro-steps runs them, so that every rank calls the domain's collectives the same
+    number of times) is one token 0 at position 0 with loss weight 0: the model's forward and
+    backward run as in any step, so FSDP2's gathers and reduce-scatters fire in the same order on
+    every rank, and its gradient is exactly zero. (With no token at all autograd skips the
+    hooks of zero-size tensors, and the ranks' collectives fall out of order.)"""
     if not isinstance(step, _dcp.RankStep):
         raise TypeError(f"micro_batch: step must be a dcp.RankStep (Scheduler.steps_for), not {type(step).__name__}")
     if not isinstance(groups, ProcessGroups):
@@ -300,6 +307,10 @@ def micro_batch(step: _dcp.RankStep, groups: ProcessGroups, documents: Callable[
         raise _error("invalid_argument", f"micro_batch: the step runs on ranks {list(step.gpus)} of the world, not on "
                      f"rank {groups.world.rank()} (global {dist.get_rank()}); run only this rank's steps "
                      "(Scheduler.steps_for(plan))")
+    if not step.sequences:
+        zero = torch.zeros(1, dtype=torch.int64, device=device)
+        return MicroBatch(zero, zero.clone(), zero.clone(), torch.zeros(1, dtype=dtype, device=device),
+                          StepContext([0, 1], 1, 1, 0, None, None))
     fetch = documents if callable(documents) else documents.__getitem__
     seq_begin = [0]
     for q in step.sequences:
