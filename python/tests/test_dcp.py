@@ -497,3 +497,30 @@ def test_scheduler_keeps_its_world():
     world = FakeWorld(1, 4, [])
     assert dcp.Scheduler(dcp.Cost("llama3-8b", gpus=4), world=world).world is world
     assert dcp.Scheduler(dcp.Cost("llama3-8b", gpus=4), rank=2).world is None
+
+
+def test_log_plan_says_what_each_batch_does(caplog):
+    import logging
+
+    cost = dcp.Cost("llama3-8b", "h200", gpus=8, sharding="zero3")
+    lengths = random_lengths(5, n=40, high=65536)
+    p = dcp.plan(cost, lengths)
+    seen = []
+    with caplog.at_level(logging.INFO, logger="dcp"):
+        s = dcp.log_plan(p, batch=3, plan_seconds=0.002, observed_s=2 * p.makespan_s, callback=seen.append)
+    assert seen == [s]
+    # The counts, recomputed from the plan's steps.
+    per_rank = [0] * 8
+    for st in p.steps:
+        for r in range(*st.ranks):
+            per_rank[r] += 1
+    assert s["micro_steps_per_rank"] == per_rank
+    assert min(per_rank) == max(per_rank)  # zero3: lockstep
+    assert s["sequences"] == 40 and s["tokens"] == int(lengths.sum()) and s["skipped"] == 0
+    assert sum(s["sp_histogram"].values()) == s["steps"] == len(p.steps)
+    assert s["padding_passes"] == sum(1 for st in p.steps if not st.sequences)
+    assert s["recompute_blocks"] == sum(st.checkpointed_blocks for st in p.steps)
+    assert s["observed_over_predicted"] == pytest.approx(2.0)
+    assert "batch 3: dcp planned 40 sequences" in caplog.text and "(2.00x predicted)" in caplog.text
+    with pytest.raises(TypeError, match="dcp.Plan"):
+        dcp.summary("a plan")
