@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// The compiled mode, as fmt's non-header-only mode: the planners' entry points on the planning
-/// contexts most programs use, compiled once into the `dcp::compiled` library.
+/// The compiled mode, as fmt's non-header-only mode: the planners' entry points (dcp, dynamic_cp,
+/// packed, bucket) on the planning contexts most programs use, compiled once into the
+/// `dcp::compiled` library.
 ///
 /// Linking `dcp::compiled` (CMake) defines `DCP_COMPILED=1` (`DCP_HAS_COMPILED()` is then 1).
 /// Each planner's header then ends by declaring its instantiations on `DCP_COMPILED_CONTEXTS`
@@ -28,6 +29,14 @@
 #define DCP_DCP_PLANNER_ON(EXTERN, C, R, G)                                                    \
   EXTERN template ::dcp::plan dcp::dcp_planner::plan(const ::dcp::planning_context<C, R, G>&, \
                                                        ::std::span<const ::dcp::sequence>) const;
+#define DCP_PACKED_PLANNER_ON(EXTERN, C, R, G)                                                    \
+  EXTERN template ::dcp::plan dcp::packed_planner::plan(const ::dcp::planning_context<C, R, G>&, \
+                                                          ::std::span<const ::dcp::sequence>,      \
+                                                          const ::dcp::batch_bounds*) const;
+#define DCP_BUCKET_PLANNER_ON(EXTERN, C, R, G)                                                    \
+  EXTERN template ::dcp::plan dcp::bucket_planner::plan(const ::dcp::planning_context<C, R, G>&, \
+                                                          ::std::span<const ::dcp::sequence>,      \
+                                                          const ::dcp::batch_bounds*) const;
 #define DCP_DYNAMIC_CP_PLANNER_ON(EXTERN, C, R, G)                                                    \
   EXTERN template ::dcp::plan dcp::dynamic_cp_planner::plan(const ::dcp::planning_context<C, R, G>&, \
                                                               ::std::span<const ::dcp::sequence>,      \

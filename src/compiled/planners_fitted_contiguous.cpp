@@ -4,3 +4,5 @@
 
 DCP_DCP_PLANNER_ON(, ::dcp::fitted_cost, ::dcp::selective_recompute, ::dcp::contiguous_groups)
 DCP_DYNAMIC_CP_PLANNER_ON(, ::dcp::fitted_cost, ::dcp::selective_recompute, ::dcp::contiguous_groups)
+DCP_PACKED_PLANNER_ON(, ::dcp::fitted_cost, ::dcp::selective_recompute, ::dcp::contiguous_groups)
+DCP_BUCKET_PLANNER_ON(, ::dcp::fitted_cost, ::dcp::selective_recompute, ::dcp::contiguous_groups)

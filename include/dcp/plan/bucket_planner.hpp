@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <dcp/bucketing/geometric_bucketing.hpp>
+#include <dcp/compiled.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/fixed_sp.hpp>
@@ -226,22 +227,34 @@ struct bucket_planner {
   }
 
  private:
+  // Out of the class, so that it is not inline: the compiled mode (<dcp/compiled.hpp>) declares
+  // its common instantiations extern.
   template <any_planning_context Ctx>
-  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const {
-    ctx.validate();
-    token_buckets.validate();
-    return plan_fixed_sp(
-        *this, ctx, batch,
-        [&](std::span<const sequence> seqs) {
-          auto micro = micro_batches(ctx.cost, seqs);
-          xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
-          fisher_yates(std::span<std::vector<sequence>>(micro), g);
-          return micro;
-        },
-        known);
-  }
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const;
 };
 
 static_assert(planner<bucket_planner>);
 
+template <any_planning_context Ctx>
+dcp::plan bucket_planner::plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const {
+  ctx.validate();
+  token_buckets.validate();
+  return plan_fixed_sp(
+      *this, ctx, batch,
+      [&](std::span<const sequence> seqs) {
+        auto micro = micro_batches(ctx.cost, seqs);
+        xoshiro256ss g(derive_seed(seed, batch_digest(seqs)));
+        fisher_yates(std::span<std::vector<sequence>>(micro), g);
+        return micro;
+      },
+      known);
+}
+
 }  // namespace dcp
+
+#if DCP_HAS_COMPILED()
+// The compiled mode: the common contexts' instantiations are in dcp::compiled.
+#define DCP_DETAIL_EXTERN_BUCKET_PLANNER(C, R, G) DCP_BUCKET_PLANNER_ON(extern, C, R, G)
+DCP_COMPILED_CONTEXTS(DCP_DETAIL_EXTERN_BUCKET_PLANNER)
+#undef DCP_DETAIL_EXTERN_BUCKET_PLANNER
+#endif

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <dcp/compiled.hpp>
 #include <dcp/cost/cost_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/plan/fixed_sp.hpp>
@@ -82,17 +83,13 @@ struct packed_planner {
   /// `recompute_level`'s blocks (the context's recompute policy is not used).
   template <any_planning_context Ctx>
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch) const {
-    ctx.validate();
-    return plan_fixed_sp(*this, ctx, batch,
-                         [&](std::span<const sequence> seqs) { return micro_batches(ctx.cost, seqs); });
+    return plan(ctx, batch, nullptr);
   }
   /// `plan(ctx, batch)` given the lower bounds of the sequences it plans (a planner that builds
   /// this plan as one of its candidates has them; the plan carries them as they are).
   template <any_planning_context Ctx>
   dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds& known) const {
-    ctx.validate();
-    return plan_fixed_sp(
-        *this, ctx, batch, [&](std::span<const sequence> seqs) { return micro_batches(ctx.cost, seqs); }, &known);
+    return plan(ctx, batch, &known);
   }
   /// On `default_groups(cost)`.
   template <cost_model C, recompute_policy Recompute = full_recompute>
@@ -153,8 +150,28 @@ struct packed_planner {
     return os << "packed_planner{sp=" << p.sp << ", fill=" << p.fill << ", recompute_level=" << p.recompute_level
               << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << "}";
   }
+
+ private:
+  // Out of the class, so that it is not inline: the compiled mode (<dcp/compiled.hpp>) declares
+  // its common instantiations extern.
+  template <any_planning_context Ctx>
+  dcp::plan plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const;
 };
 
 static_assert(planner<packed_planner>);
 
+template <any_planning_context Ctx>
+dcp::plan packed_planner::plan(const Ctx& ctx, std::span<const sequence> batch, const batch_bounds* known) const {
+  ctx.validate();
+  return plan_fixed_sp(
+      *this, ctx, batch, [&](std::span<const sequence> seqs) { return micro_batches(ctx.cost, seqs); }, known);
+}
+
 }  // namespace dcp
+
+#if DCP_HAS_COMPILED()
+// The compiled mode: the common contexts' instantiations are in dcp::compiled.
+#define DCP_DETAIL_EXTERN_PACKED_PLANNER(C, R, G) DCP_PACKED_PLANNER_ON(extern, C, R, G)
+DCP_COMPILED_CONTEXTS(DCP_DETAIL_EXTERN_PACKED_PLANNER)
+#undef DCP_DETAIL_EXTERN_PACKED_PLANNER
+#endif
