@@ -12,7 +12,8 @@
 /// once per micro-step, so every member must run the same number of micro-steps: the plan's
 /// padding passes (steps without sequences, DESIGN 3.7) join the collectives and compute
 /// nothing. A released unit's copy is overwritten with NaN, so a use without its gather would
-/// show in every result. The optimizer steps each rank's shard; nothing is all-reduced.
+/// show in every result. The optimizer steps each rank's shard; of the gradients nothing is
+/// all-reduced (only the loss, for the report).
 
 #include <algorithm>
 #include <cmath>
