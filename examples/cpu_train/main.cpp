@@ -197,7 +197,7 @@ void train(Comm& world, const arguments& a, Cost cost, Planner planner) {
   for (int i = 0; i < a.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto batch = sched.sampler().next();
-    const auto s = zero3 ? zero3_train_step(sched, model, *shards, opt, a.data, batch.sequences).step
+    const auto s = zero3 ? zero3_train_step(sched, model, *shards, opt, a.data, batch.sequences)
                          : train_step(sched, model, opt, a.data, batch.sequences);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(s.loss);

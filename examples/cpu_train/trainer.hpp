@@ -201,9 +201,12 @@ struct memory_limit {
 /// thread's memory counter sees it; on a device the allocation would fail): every member of the
 /// step learns it in one all-reduce over the step's group, drops what the attempt computed and
 /// re-runs it with every block checkpointed, so the gradient stays exact (DESIGN 9.2).
-template <class T, class Scheduler>
+/// `units` are the parameters' `Units` (`tiny_transformer::forward_backward`): whole on every
+/// rank by default, or ZeRO-3's shards (zero3.hpp), which run without a memory limit (a step re-run
+/// on one group would repeat the domain's gathers on its members only).
+template <class T, class Scheduler, class Units>
 T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_data& data, const dcp::plan& p,
-                  recompute_mode mode, std::span<T> g, step_summary& out, memory_limit memory = {}) {
+                  recompute_mode mode, std::span<T> g, step_summary& out, memory_limit memory, Units& units) {
   auto steps = sched.steps_for(p);
   T loss = 0;
   const int L = model.config().blocks, cost_L = sched.cost().blocks();
@@ -234,7 +237,7 @@ T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_
     {
       dcp::memory_scope scope(counter);
       t0 = std::chrono::steady_clock::now(), cpu0 = thread_cpu_seconds();
-      step_loss = model.forward_backward(shard, comm, k, into, ring);
+      step_loss = model.forward_backward(shard, comm, k, into, ring, units);
     }
     timed_step t{st.index, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                  thread_cpu_seconds() - cpu0, double(counter.peak_bytes())};
@@ -246,7 +249,7 @@ T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_
         ++out.recovered;
         std::fill(own.begin(), own.end(), T(0));
         out.recomputed_blocks += L - k;
-        step_loss = model.forward_backward(shard, comm, L, into, ring);
+        step_loss = model.forward_backward(shard, comm, L, into, ring, units);
       }
       for (std::size_t i = 0; i < g.size(); ++i) g[i] += own[i];
     }
@@ -255,6 +258,13 @@ T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_
   }
   out.micro_steps += steps.size();
   return loss;
+}
+
+template <class T, class Scheduler>
+T run_micro_steps(Scheduler& sched, tiny_transformer<T>& model, const synthetic_data& data, const dcp::plan& p,
+                  recompute_mode mode, std::span<T> g, step_summary& out, memory_limit memory = {}) {
+  whole_parameters<T> whole;
+  return run_micro_steps(sched, model, data, p, mode, g, out, memory, whole);
 }
 
 /// Observes every measured step of `s` (calibration on): its CPU time and peak (the static bytes

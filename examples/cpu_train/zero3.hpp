@@ -112,12 +112,6 @@ class zero3_shards {
   std::size_t collectives_ = 0;
 };
 
-/// What a ZeRO-3 training step did on this rank.
-struct zero3_summary {
-  step_summary step;
-  std::size_t padding_passes = 0;  ///< this rank's micro-steps without sequences
-};
-
 /// Refuses `p` unless `layout` is the one this trainer runs (zero3, tp, pp and ep 1: its one shard
 /// domain is the world) and every unit runs one micro-step per lockstep round: a `dcp::error`
 /// naming the units and their counts, on every rank alike, before any collective.
@@ -136,42 +130,26 @@ inline void require_lockstep(const dcp::plan& p, const dcp::parallel_layout& lay
 /// check (`require_lockstep`), this rank's micro-steps with gathered units, and the optimizer
 /// step on this rank's shard. Collective over the scheduler's world.
 template <class T, class Scheduler, class Comm>
-zero3_summary zero3_run_plan(Scheduler& sched, tiny_transformer<T>& model, zero3_shards<T, Comm>& shards,
-                             optimizer<T>& opt, const synthetic_data& data, const dcp::plan& p,
-                             recompute_mode mode = recompute_mode::plan) {
+step_summary zero3_run_plan(Scheduler& sched, tiny_transformer<T>& model, zero3_shards<T, Comm>& shards,
+                            optimizer<T>& opt, const synthetic_data& data, const dcp::plan& p,
+                            recompute_mode mode = recompute_mode::plan) {
   require_lockstep(p, sched.cost().layout());
-  zero3_summary out;
-  out.step.plan = p;
-  std::vector<T> g(model.params().size(), T(0));
-  const int L = model.config().blocks, cost_L = sched.cost().blocks();
-  T loss = 0;
-  for (const auto& st : sched.steps_for(p)) {
-    std::vector<segment> segs;
-    for (const auto& q : st.sequences) segs.push_back({q.id, q.tokens, q.loss_weight / double(q.tokens)});
-    if (segs.empty()) ++out.padding_passes;
-    const packed_shard shard = make_shard(data, segs, st.sp(), st.group_rank, st.ring, model.config().causal);
-    const int k = mode == recompute_mode::plan ? map_checkpointed(st.checkpointed_blocks, cost_L, L)
-                  : mode == recompute_mode::all ? L
-                                                : 0;
-    out.step.recomputed_blocks += k;
-    auto* comm = st.ring > 1 ? &st.ulysses_comm() : st.sp() > 1 ? &st.comm() : nullptr;
-    auto* ring = st.ring > 1 ? &st.ring_comm() : nullptr;
-    loss += model.forward_backward(shard, comm, k, std::span<T>(g), ring, shards);
-    ++out.step.micro_steps;
-  }
-  T total[1] = {loss};
+  step_summary out;
+  out.plan = p;
+  std::vector<T> g(model.params().size(), T(0));  // a micro-step's gradient, before its reduce-scatters
+  T total[1] = {run_micro_steps(sched, model, data, p, mode, std::span<T>(g), out, memory_limit{}, shards)};
   sched.world().all_reduce(std::span<T>(total), dcp::reduce_op::sum);
   opt.step(shards.params(), std::span<const T>(shards.grads()));
   std::fill(shards.grads().begin(), shards.grads().end(), T(0));
-  out.step.loss = double(total[0]);
+  out.loss = double(total[0]);
   return out;
 }
 
 /// One training step under ZeRO-3: `sched.plan(batch)`, `sched.verify`, then `zero3_run_plan`.
 template <class T, class Scheduler, class Comm>
-zero3_summary zero3_train_step(Scheduler& sched, tiny_transformer<T>& model, zero3_shards<T, Comm>& shards,
-                               optimizer<T>& opt, const synthetic_data& data, std::span<const dcp::sequence> batch,
-                               recompute_mode mode = recompute_mode::plan) {
+step_summary zero3_train_step(Scheduler& sched, tiny_transformer<T>& model, zero3_shards<T, Comm>& shards,
+                              optimizer<T>& opt, const synthetic_data& data, std::span<const dcp::sequence> batch,
+                              recompute_mode mode = recompute_mode::plan) {
   const dcp::plan p = sched.plan(batch);
   sched.verify(p);
   return zero3_run_plan(sched, model, shards, opt, data, p, mode);

@@ -52,6 +52,28 @@ def coverage(plan, world):
     return out
 
 
+def plan_batch(method, sched, cost, lengths, ids, groups):
+    """``method``'s plan of batch ``ids``, checked against the plan laws and verified the same on
+    every rank, its process groups prepared."""
+    if method == "dcp":
+        plan = sched.plan(lengths[ids], ids=ids)
+    else:
+        plan = dcp.plan(cost, lengths[ids], method=method, dataset=lengths, global_batch_tokens=BATCH_TOKENS,
+                        seed=SEED, ids=ids)
+    assert not plan.violations(cost, lengths[ids], ids=ids), plan.violations(cost, lengths[ids], ids=ids)
+    sched.verify(plan)
+    groups.prepare(sched, plan)
+    return plan
+
+
+def run_steps(model, sched, plan, groups, docs):
+    """This rank's micro-steps of ``plan`` forward and backward; the gradients accumulate."""
+    for step in sched.steps_for(plan):
+        mb = dcp.torch.micro_batch(step, groups, docs)
+        logits = model(mb.tokens, mb.positions, mb.context, step.checkpointed_blocks)
+        (F.cross_entropy(logits, mb.targets, reduction="none") * mb.weights).sum().backward()
+
+
 def train(config, method, docs, cost, sched, groups):
     """Trains under ``method``'s plans on the scheduler's world; the gradients are summed over it."""
     world = sched.world
@@ -62,19 +84,9 @@ def train(config, method, docs, cost, sched, groups):
     batches, seen = [], {}
     for _ in range(STEPS):
         ids = sampler.next()
-        if method == "dcp":
-            plan = sched.plan(lengths[ids], ids=ids)
-        else:
-            plan = dcp.plan(cost, lengths[ids], method=method, dataset=lengths, global_batch_tokens=BATCH_TOKENS,
-                            seed=SEED, ids=ids)
-        assert not plan.violations(cost, lengths[ids], ids=ids), plan.violations(cost, lengths[ids], ids=ids)
-        sched.verify(plan)
-        groups.prepare(sched, plan)
+        plan = plan_batch(method, sched, cost, lengths, ids, groups)
         opt.zero_grad()
-        for step in sched.steps_for(plan):
-            mb = dcp.torch.micro_batch(step, groups, docs)
-            logits = model(mb.tokens, mb.positions, mb.context, step.checkpointed_blocks)
-            (F.cross_entropy(logits, mb.targets, reduction="none") * mb.weights).sum().backward()
+        run_steps(model, sched, plan, groups, docs)
         dcp.torch.all_reduce_gradients(model.parameters(), group=world)
         opt.step()
         batches.append(ids.tolist())

@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -23,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import dcp  # noqa: E402
 import dcp.torch  # noqa: E402
 from gpt import make_gpt, scaled_device  # noqa: E402
-from torch_exactness import BATCH_TOKENS, CONFIG, LR, SEED, STEPS, WEIGHT_DECAY, documents, reference  # noqa: E402
+from torch_exactness import (BATCH_TOKENS, CONFIG, LR, SEED, STEPS, WEIGHT_DECAY, coverage, documents,  # noqa: E402
+                             plan_batch, reference, run_steps)
 
 
 def train(method, docs, cost, sched, groups, mesh):
@@ -40,27 +40,13 @@ def train(method, docs, cost, sched, groups, mesh):
     batches, padding, lockstep = [], 0, True
     for _ in range(STEPS):
         ids = sampler.next()
-        if method == "dcp":
-            plan = sched.plan(lengths[ids], ids=ids)
-        else:
-            plan = dcp.plan(cost, lengths[ids], method=method, dataset=lengths, global_batch_tokens=BATCH_TOKENS,
-                            seed=SEED, ids=ids)
-        assert not plan.violations(cost, lengths[ids], ids=ids), plan.violations(cost, lengths[ids], ids=ids)
-        sched.verify(plan)
-        groups.prepare(sched, plan)
-        counts = [0] * sched.world.size()
-        for st in plan.steps:
-            padding += not st.sequences
-            for r in range(*st.ranks):
-                counts[r] += 1
-        lockstep &= min(counts) == max(counts)
+        plan = plan_batch(method, sched, cost, lengths, ids, groups)
+        padding += sum(1 for st in plan.steps if not st.sequences)
+        lockstep &= not coverage(plan, sched.world.size())["unequal_accumulation"]
         opt.zero_grad()
-        for step in sched.steps_for(plan):
-            # A padding pass has no tokens: its forward and backward still gather every unit and
-            # reduce-scatter its (zero) gradient, as the other ranks' steps of its round do.
-            mb = dcp.torch.micro_batch(step, groups, docs)
-            logits = model(mb.tokens, mb.positions, mb.context, step.checkpointed_blocks)
-            (F.cross_entropy(logits, mb.targets, reduction="none") * mb.weights).sum().backward()
+        # A padding pass gathers every unit and reduce-scatters its (zero) gradient, as the other
+        # ranks' steps of its round do; FSDP2's reduce-scatters sum the gradients, no all-reduce.
+        run_steps(model, sched, plan, groups, docs)
         opt.step()
         batches.append(ids.tolist())
     params = torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()])

@@ -55,16 +55,16 @@ zero3_result run_zero3(int ranks, const setup& s, Policies policies) {
     zero3_result r;
     for (int i = 0; i < s.steps; ++i) {
       const auto batch = sched.sampler().next();
-      const zero3_summary sum = zero3_train_step(sched, model, shards, opt, s.data, batch.sequences);
-      r.losses.push_back(sum.step.loss);
+      const step_summary sum = zero3_train_step(sched, model, shards, opt, s.data, batch.sequences);
+      r.losses.push_back(sum.loss);
       if (i == 0) {
         shards.gather_all();
         r.params_after_first = model.params();
         shards.release_all();
       }
       std::vector<std::size_t> held(std::size_t(world.size()), 0);
-      int lo = sum.step.plan.steps.front().sp(), hi = lo;
-      for (const auto& st : sum.step.plan.steps) {
+      int lo = sum.plan.steps.front().sp(), hi = lo;
+      for (const auto& st : sum.plan.steps) {
         if (st.sequences.empty()) ++r.cov.padding_steps;
         lo = std::min(lo, st.sp()), hi = std::max(hi, st.sp());
         for (int u = st.ranks.first; u < st.ranks.end(); ++u) held[std::size_t(u)] += st.sequences.size();
