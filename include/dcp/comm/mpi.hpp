@@ -362,6 +362,10 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
     detail::mpi_check(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", "mpi_comm");
     detail::mpi_check(MPI_Comm_rank(c, &rank_), "MPI_Comm_rank", "mpi_comm");
     detail::mpi_check(MPI_Comm_size(c, &size_), "MPI_Comm_size", "mpi_comm");
+    int* ub = nullptr;
+    int has = 0;
+    MPI_Comm_get_attr(c, MPI_TAG_UB, &ub, &has);
+    if (has && ub) tag_ub_ = *ub;
   }
 
   void swap(mpi_comm& o) noexcept {
@@ -370,6 +374,7 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
     std::swap(owning_, o.owning_);
     std::swap(checked_, o.checked_);
     std::swap(orphans_, o.orphans_);
+    std::swap(tag_ub_, o.tag_ub_);
     std::swap(waits_, o.waits_);
     std::swap(waiting_in_, o.waiting_in_);
   }
@@ -392,14 +397,8 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
     });
   }
 
-  int tag_ub() const {
-    int* ub = nullptr;
-    int has = 0;
-    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has);
-    return has && ub ? *ub : 32767;
-  }
-  int rollcall_question_tag() const { return tag_ub() - 1; }
-  int rollcall_answer_tag() const { return tag_ub(); }
+  int rollcall_question_tag() const { return tag_ub_ - 1; }
+  int rollcall_answer_tag() const { return tag_ub_; }
 
   // Sends a roll-call note to `peer` without waiting; the message's request and bytes are kept
   // until the process ends (a stopped peer may never take it). Errors are ignored: a roll call
@@ -591,6 +590,7 @@ class mpi_comm : public detail::comm_backend<mpi_comm> {
   bool owning_ = false;
   bool checked_ = true;
   std::vector<detail::mpi_orphan> orphans_;
+  int tag_ub_ = 32767;                // MPI_TAG_UB: the top two tags are the roll call's
   std::int64_t waits_ = 0;            // waits entered on this handle (a roll call's answer names it)
   const char* waiting_in_ = "none";  // the call of the latest wait
 };
