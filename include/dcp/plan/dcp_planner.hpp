@@ -173,24 +173,22 @@ plan widen_critical(const P& p, plan best, dcp_attempt from) {
 /// (pp > 1) one plan at the planner's knobs (`pipeline_knobs`; `dcp::tune` finds a workload's):
 /// the cap splits long sequences over wider blocks, so that no micro-batch holds the later stages
 /// up for long as it passes them. Otherwise the fair-share cap with earliest-free gang placement,
-/// then the sparse attempts while the best is under 0.99 of its bound.
+/// then the sparse attempts while the best is under 0.99 of its bound; the best is widened from
+/// its own attempt (`widen_critical`).
 template <class P>
 plan best_attempt(const P& p, bool dissolve) {
   const int pp = p.cost().layout().pp;
   if (pp > 1 && p.job.inter)
     return build(p, dcp_attempt{p.job.knobs.path_cap * p.mean_seconds / pp, dissolve});
-  dcp_attempt tried{p.share, dissolve};
-  plan best = build(p, tried);
+  dcp_attempt chosen{p.share, dissolve};
+  plan best = build(p, chosen);
   if (!p.job.inter) return best;
-  double best_target = 0;
   for (const dcp_attempt& a : sparse_attempts(p, dissolve)) {
     if (best.efficiency() >= 0.99) break;
-    tried = a;
     plan next = build(p, a);
-    if (next.makespan_s < best.makespan_s * (1 - 1e-12)) best = std::move(next), best_target = a.target;
+    if (next.makespan_s < best.makespan_s * (1 - 1e-12)) best = std::move(next), chosen = a;
   }
-  tried.target = best_target;  // widening starts from the last attempt's choices, at the best's target
-  return widen_critical(p, std::move(best), std::move(tried));
+  return widen_critical(p, std::move(best), std::move(chosen));
 }
 
 /// Under coupled collectives, `p` or its steps re-placed as shelves (`shelved`), whichever ends
