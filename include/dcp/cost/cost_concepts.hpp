@@ -41,6 +41,11 @@
 ///     floor that the load claims in any step. Law: it is finite and >= 0, and for every step
 ///     that fits `capacity()` (any sp, k, legal ring) the shares of its sequences sum to at most
 ///     `sp * time` of the step, so a lower bound may add them up (DESIGN section 3).
+///   - `packed_floor_cost_model`: `c.packed_work_floor(l, sp, k)` (and per ring, `(l, sp, k, r)`,
+///     where rings are chosen), a floor on the unit-seconds the load claims in any step it shares
+///     with others on sp units with k blocks. Law: for every step that fits, its sequences'
+///     packed floors sum to at most `sp * time` of the step, so the joint bound may take the larger
+///     of it and `work_floor` (`least_packed_floor` takes the least over the legal rings).
 ///   - `work_floors_cost_model`: `c.floors()`, a value whose `both(l, sp, k, r)` gives `.work`
 ///     and `.packed` of a step run with ring r, with the model's per-call terms computed once.
 ///     Law: they equal `c.work_floor(l, sp, k, r)` and `c.packed_work_floor(l, sp, k, r)` (the
@@ -67,6 +72,7 @@
 #include <bit>
 #include <concepts>
 #include <cstdint>
+#include <utility>
 
 #include <dcp/concept_diagnosis.hpp>
 #include <dcp/error.hpp>
@@ -172,6 +178,13 @@ template <class C>
 concept shared_time_floor_cost_model =
     cost_model<C> && requires(const C& c, const typename C::load_type& l, int sp, int k, double alone_s) {
       { c.shared_time_floor(l, sp, k, alone_s, l) } -> std::convertible_to<double>;
+    };
+
+/// A cost model with a floor on a load's share of a packed step (see the file comment).
+template <class C>
+concept packed_floor_cost_model =
+    cost_model<C> && requires(const C& c, const typename C::load_type& l, int sp, int k) {
+      { c.packed_work_floor(l, sp, k) } -> std::convertible_to<double>;
     };
 
 /// A cost model that prices both work floors of a step at once (see the file comment).
@@ -419,6 +432,27 @@ double least_work_floor(const C& c, const typename C::load_type& l, int sp, int 
       w = x < w ? x : w;
     }
   return w;
+}
+
+/// The least `packed_work_floor` of a step over its legal rings (the three-argument form with one,
+/// or where the model prices no ring of its own).
+template <packed_floor_cost_model C>
+double least_packed_floor(const C& c, const typename C::load_type& l, int sp, int k) {
+  double packed = c.packed_work_floor(l, sp, k);
+  if constexpr (requires { c.packed_work_floor(l, sp, k, 1); })
+    for (int r = 2 * step_ring_of(c, sp); r <= widest_ring_of(c, sp) && sp % r == 0; r *= 2)
+      packed = std::min(packed, c.packed_work_floor(l, sp, k, r));
+  return packed;
+}
+
+/// `memory(load, k)` of `cost` on `sp` GPUs: the cost model's `memory_at(sp)` where it has one
+/// (its per-size constants computed once), else `cost.memory`.
+template <cost_model C>
+auto memory_of(const C& cost, int sp) {
+  if constexpr (requires { cost.memory_at(sp)(std::declval<const typename C::load_type&>(), 0); })
+    return cost.memory_at(sp);
+  else
+    return [&cost, sp](const typename C::load_type& l, int k) { return cost.memory(l, sp, k); };
 }
 
 }  // namespace dcp

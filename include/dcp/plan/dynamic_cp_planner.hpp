@@ -95,7 +95,7 @@ struct dynamic_cp_planner {
   /// (validated first).
   template <cost_model C>
   void validate(const C& cost) const {
-    if constexpr (requires { cost.validate(); }) cost.validate();
+    if constexpr (validated_cost_model<C>) cost.validate();
     recompute_level.validate(cost);
     const int k = recompute_level.of(cost);
     const auto x_max = static_cast<std::int64_t>(max_tokens_per_gpu(cost, k));

@@ -37,7 +37,7 @@ error infeasible_error(const C& cost, const sequence& s, int widest = 0) {
 template <cost_model C>
 std::vector<sequence> feasible_sequences(const C& cost, std::span<const sequence> batch, infeasible_policy policy,
                                          std::vector<skipped_sequence>& skipped, std::span<const int> sizes = {}) {
-  if constexpr (requires { cost.validate(); }) cost.validate();
+  if constexpr (validated_cost_model<C>) cost.validate();
   check(!batch.empty(), errc::invalid_argument,
         [] { return std::string("empty batch: a global batch needs at least one sequence"); });
   std::vector<std::int64_t> ids;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -131,6 +132,457 @@ inline batch_bounds pipelined(batch_bounds b, int stages) noexcept {
   return b;
 }
 
+namespace detail {
+
+/// One feasible option of a sequence, as the bounds see it.
+struct bound_term {
+  double time;   // t_i(sp) over the fastest offered block's speed
+  double floor;  // the work floor, or the packed one where tighter
+  double share;  // of zero3's per-step floor (`step_floor_share`), 0 without
+  int sp;
+};
+/// A feasible sequence's terms, `terms[first, last)` (twins share them), its least floor w and
+/// its least time t.
+struct bound_range {
+  std::size_t first, last;
+  double w, t;
+  std::size_t owner;    // the first feasible sequence with these terms, as an index into `ranges`
+  double ahead = 0.25;  // phi_i: its forward, on any option at any recompute, is at least phi_i w
+};
+
+/// A batch priced for its bounds (`price_bounds`), once: every bound reads it.
+struct priced_bounds {
+  std::vector<bound_term> terms;    // the options of every sequence that has no twin before it
+  std::vector<bound_range> ranges;  // per feasible sequence, in order
+  std::vector<double> speed_of_sp;  // by sp: the fastest offered block's speed, 0 where none
+  // Memory around a path (`stored_per_token_cost_model`, under pp > 1 with equal speeds): the
+  // bytes stored per token at each k, and per entry of `ranges` its sequence's index (a twin:
+  // its owner's); empty elsewhere.
+  std::vector<double> stored;
+  std::vector<std::size_t> seq_of;
+  double capacity = 0;  // N units, or the sum of their speeds
+  double work = 0, shares = 0, longest = 0;
+  double shortest = std::numeric_limits<double>::infinity();
+};
+
+/// The cost model's per-model floor terms, computed once (`work_floors_cost_model`), else 0.
+template <cost_model C>
+auto floors_of(const C& cost) {
+  if constexpr (work_floors_cost_model<C>)
+    return cost.floors();
+  else
+    return 0;
+}
+
+/// Prices every feasible sequence's options for the bounds: its time alone (in the batch's
+/// company where the cost model says a step holding it cannot end sooner, `shared_time_floor`)
+/// and its work floors, each the least over the legal rings. Twins (`twin_at(i) < i`) share their
+/// owner's terms. A size the manager offers no block of is no option.
+template <cost_model C, group_manager G, class LoadAt, class OptionsAt, class TwinAt>
+priced_bounds price_bounds(const C& cost, const G& groups, std::size_t count, LoadAt&& load_at,
+                           OptionsAt&& options_at, TwinAt&& twin_at, std::span<const double> speeds) {
+  priced_bounds b;
+  const auto sps = legal_sp_sizes(cost);
+  b.speed_of_sp.assign(static_cast<std::size_t>(sps.empty() ? 1 : sps.back() + 1), 0.0);
+  for (int sp : sps) b.speed_of_sp[static_cast<std::size_t>(sp)] = groups.block_count(sp) > 0 ? 1.0 : 0.0;
+  b.capacity = cost.gpus();
+  if (!speeds.empty()) {
+    for (int sp : sps) b.speed_of_sp[static_cast<std::size_t>(sp)] = fastest_block_speed(speeds, groups, sp);
+    b.capacity = 0;
+    for (double v : speeds) b.capacity += v;
+  }
+  if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>)
+    if (cost.layout().pp > 1 && speeds.empty())
+      for (int k = 0; k <= cost.blocks(); ++k) b.stored.push_back(cost.stored_per_token(k));
+  [[maybe_unused]] const auto floors = floors_of(cost);
+  // t_i(sp): no step of the batch's sequences that holds i on sp units ends sooner
+  // (`shared_time_floor`).
+  [[maybe_unused]] const auto whole = [&] {
+    typename C::load_type sum{};
+    if constexpr (shared_time_floor_cost_model<C>)
+      for (std::size_t i = 0; i < count; ++i) sum = sum + load_at(i);
+    return sum;
+  }();
+  const auto in_company = [&](const auto& load, const sequence_option& o) {
+    if constexpr (shared_time_floor_cost_model<C>)
+      return cost.shared_time_floor(load, o.sp, o.checkpointed_blocks, o.time_s, whole);
+    else
+      return o.time_s;
+  };
+  const int pp = cost.layout().pp;
+  std::vector<bound_range> seen(count);
+  const auto count_in = [&](const bound_range& p, double share) {
+    b.ranges.push_back(p);
+    b.shares += share;
+    b.work += p.w;
+    b.longest = std::max(b.longest, p.t);
+    b.shortest = std::min(b.shortest, p.t);
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
+      const bound_range p = seen[i] = seen[j];
+      if (!std::isfinite(p.t)) continue;  // as below
+      if (!b.stored.empty()) b.seq_of.push_back(b.seq_of[p.owner]);
+      count_in(p, p.first < p.last ? b.terms[p.first].share : 0.0);
+      continue;
+    }
+    const auto& load = load_at(i);
+    const std::size_t start = b.terms.size();
+    double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
+    double share = 0;
+    double forward = std::numeric_limits<double>::infinity();  // its least forward seconds (work floors)
+    if constexpr (step_floor_share_cost_model<C>) share = cost.step_floor_share(load);
+    for (const sequence_option& o : options_at(i)) {
+      const double speed = b.speed_of_sp[static_cast<std::size_t>(o.sp)];
+      if (speed == 0) continue;  // no block of this size: no plan runs the option
+      // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
+      const int sp = o.sp, k = o.checkpointed_blocks;
+      if constexpr (work_floors_cost_model<C>) {
+        // The same floors, through the cost model's per-model terms computed once (`floors`),
+        // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
+        // then each wider one.
+        auto least_over_rings = [&](int kk) {
+          decltype(floors.both(load, sp, kk, 1)) least{std::numeric_limits<double>::infinity(),
+                                                       std::numeric_limits<double>::infinity()};
+          for_each_legal_ring(cost, sp, [&](int r) {
+            const auto [work_r, packed_r] = floors.both(load, sp, kk, r);
+            least.work = work_r < least.work ? work_r : least.work;
+            least.packed = packed_r < least.packed ? packed_r : least.packed;
+          });
+          return least;
+        };
+        const auto [floor, packed] = least_over_rings(k);
+        const double fastest = in_company(load, o) / speed;
+        b.terms.push_back({fastest, std::max(floor, packed), share, sp});
+        w = std::min(w, floor), t = std::min(t, fastest);
+        if constexpr (pipeline_cost_model<C>)
+          if (pp > 1) {
+            // The work floor is affine in k, so its forward share `floor(k) L / (3L + k)` is
+            // monotone in k: the least over k..L is at an end (DESIGN 4.5, around a path).
+            const int L = cost.blocks();
+            double at_L = std::numeric_limits<double>::infinity();  // the work floor alone: no packed one
+            for_each_legal_ring(cost, sp, [&](int r) {
+              const double x = floors.work(load, sp, L, r);
+              at_L = x < at_L ? x : at_L;
+            });
+            forward = std::min({forward, floor * forward_share(L, k), at_L * forward_share(L, L)});
+          }
+        continue;
+      }
+      const double floor = least_work_floor(cost, load, sp, k);
+      bound_term x{in_company(load, o) / speed, floor, share, sp};
+      // The joint bound takes the tighter packed floor where the cost model has one.
+      if constexpr (packed_floor_cost_model<C>) x.floor = std::max(floor, least_packed_floor(cost, load, sp, k));
+      b.terms.push_back(x);
+      w = std::min(w, floor), t = std::min(t, x.time);
+    }
+    seen[i] = {start, b.terms.size(), w, t, b.ranges.size()};
+    // In [1/4, 1/3] in exact arithmetic; the clamp absorbs rounding.
+    if (std::isfinite(forward) && w > 0) seen[i].ahead = std::clamp(forward / w, 0.25, 1.0 / 3);
+    if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
+    if (!b.stored.empty()) b.seq_of.push_back(i);
+    count_in(seen[i], share);
+  }
+  return b;
+}
+
+/// The joint bound at one mix of floor and share (`lambda`; 1: the floors alone): at T every
+/// sequence takes its smallest floor among options no slower than T; that sum only falls as T
+/// grows, so the sweep goes upwards from the longest alone time over the breakpoints where some
+/// sequence gains a cheaper option. `scale`: each option's time times it (P under stages: its
+/// path); `wait`: seconds added to the floors' time (the bubble floor under stages).
+inline double joint_at(const priced_bounds& b, double lambda, double scale, double wait) {
+  const auto& terms = b.terms;
+  auto floor_of = [&](const bound_term& x) { return lambda == 1 ? x.floor : lambda * x.floor + (1 - lambda) * x.share; };
+  const std::size_t n = b.ranges.size();
+  std::vector<double> floor_at(n);
+  struct event {
+    double time;
+    std::size_t seq;
+    double floor;
+  };
+  std::vector<event> later;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bound_range& r = b.ranges[i];
+    double w = std::numeric_limits<double>::infinity();
+    if (r.owner < i) {  // a twin: its owner's floor, not yet lowered (the sweep comes after)
+      w = floor_at[r.owner];
+    } else {
+      for (std::size_t o = r.first; o < r.last; ++o)
+        if (terms[o].time <= b.longest) w = std::min(w, floor_of(terms[o]));
+    }
+    for (std::size_t o = r.first; o < r.last; ++o)
+      if (terms[o].time > b.longest && floor_of(terms[o]) < w) later.push_back({terms[o].time, i, floor_of(terms[o])});
+    floor_at[i] = w;
+    sum += w;
+  }
+  const double capacity = b.capacity;
+  double joint = std::max(scale * b.longest, sum / capacity + wait);
+  if (sum / capacity + wait > scale * b.longest) {
+    std::sort(later.begin(), later.end(), [](const event& x, const event& y) {
+      return x.time != y.time ? x.time < y.time : x.seq != y.seq ? x.seq < y.seq : x.floor < y.floor;
+    });
+    // Below the next breakpoint the sum is constant: T = sum / capacity works if it comes first.
+    for (std::size_t e = 0; e < later.size() && sum / capacity + wait > scale * later[e].time;) {
+      const double at = later[e].time;
+      for (; e < later.size() && later[e].time == at; ++e) {
+        const event& x = later[e];
+        if (x.floor < floor_at[x.seq]) sum -= floor_at[x.seq] - x.floor, floor_at[x.seq] = x.floor;
+      }
+      joint = std::max(scale * at, sum / capacity + wait);
+    }
+  }
+  return joint;
+}
+
+/// The joint bound (`joint_at`): with zero3 shares a step's unit-seconds cover both its members'
+/// floors and their shares, so every mix lambda floor + (1 - lambda) share gives a valid bound
+/// and the largest counts.
+inline double joint_bound(const priced_bounds& b, double scale, double wait) {
+  double joint = joint_at(b, 1, scale, wait);
+  if (b.shares > 0)
+    for (double lambda : {0.75, 0.5, 0.25, 0.0}) joint = std::max(joint, joint_at(b, lambda, scale, wait));
+  return joint;
+}
+
+/// The bound around one sequence's path through P pipeline stages (DESIGN 4.5): sequence i's
+/// micro-batch on s units lasts t >= t_i(s) per stage and takes P t to pass the stages. Of its
+/// units' other work (y per unit, in floors), stage 0 runs the forwards of what is ahead of it
+/// (at least phi of its floors: below) before its path and the backwards of what is behind it (at
+/// least two thirds) after, at any warmup depth; the last stage runs everything ahead, forward and
+/// backward, before it, and the path's backward then returns through P - 1 stages. With a ahead:
+/// T >= P t + phi a + 2 (y - a)/3 and T >= t + 2 (P - 1) t / 3 + a + 2 (y - a)/3, whose larger is
+/// least at a = min(y, y*), y* = (P - 1) t / (3 (1 - phi)): T >= g(y) = P t + phi y + (2/3 - phi)
+/// max(0, y - y*). The other units carry the rest, T >= (R - s y) / (U - s) (equal speeds). R is
+/// the other sequences' floors less what fits beside i at no extra time, s t - W'_i(s) (packing
+/// more lengthens the path faster than it shortens the rest). The least over y, then over i's
+/// options, bounds every plan; the largest over i is `around_s`.
+/// phi: a step's forward is `forward_share(L, k)` of its time, 1/4 to 1/3. Where the work floor
+/// is affine in k (`work_floors_cost_model`), floor(k) L / (3L + k) is monotone in k, so a
+/// sequence's forward on any option at any k >= kmin is at least the least of it at kmin and at L
+/// over its options: phi_j of its floor W_j (`bound_range::ahead`). The others' least phi_j holds
+/// for every mix ahead of i; elsewhere phi = 1/4.
+class path_bound {
+ public:
+  path_bound(const priced_bounds& b, int stages, double units) : b_(&b), P_(stages), U_(units) {
+    if (stages > 1 && !b.ranges.empty()) {  // the two least phi_j, so that i's own is left out of its term
+      phi1_ = phi2_ = 1.0 / 3;
+      for (std::size_t r = 0; r < b.ranges.size(); ++r) {
+        if (b.ranges[r].ahead < phi1_)
+          phi2_ = phi1_, phi1_ = b.ranges[r].ahead, least_at_ = r;
+        else if (b.ranges[r].ahead < phi2_)
+          phi2_ = b.ranges[r].ahead;
+      }
+    }
+  }
+  /// The phi of range r's term: the others' least.
+  double phi_of(std::size_t r) const noexcept { return r == least_at_ ? phi2_ : phi1_; }
+  /// The other sequences' floors beside range `p` on its option `o`, R above.
+  double rest_of(const bound_range& p, std::size_t o) const {
+    const bound_term& x = b_->terms[o];
+    return std::max(0.0, b_->work - p.w - std::max(0.0, x.sp * x.time - x.floor));
+  }
+  /// The bound for one option (s units, t per stage; `rest` the others' floors) where the work
+  /// behind the path runs at most `hidden` seconds a unit of its forwards on stage 0 before the
+  /// path's backward (memory around a path; infinite: all of them): g(y) rises with a third
+  /// piece from y = y* + 3 hidden.
+  double at(double s, double t, double rest, double phi, double hidden) const {
+    const double P = P_, U = U_;
+    const double knee = (P - 1) * t / (3 * (1 - phi));  // y*: past it the last stage binds
+    const double bend = knee + 3 * hidden;              // past it memory binds stage 0
+    const double steep = 2.0 / 3.0 + 1 / (3 * (4 - 3 * phi));
+    auto g = [&](double y) {
+      double x = P * t + phi * y + (2.0 / 3.0 - phi) * std::max(0.0, y - knee);
+      if (y > bend) x += (steep - 2.0 / 3.0) * (y - bend);
+      return x;
+    };
+    double bound = g(rest / s);  // every unit holds i: all the rest is around its path
+    if (s < U) {
+      // g rises and (R - s y) / (U - s) falls in y: they cross on one of g's pieces.
+      const double c = s / (U - s), others = rest / (U - s);
+      double y = (others - P * t) / (phi + c);
+      if (y > knee) y = (others - P * t + (2.0 / 3.0 - phi) * knee) / (2.0 / 3.0 + c);
+      if (y > bend) y = (others - g(bend) + steep * bend) / (steep + c);
+      y = std::clamp(y, 0.0, rest / s);
+      bound = std::max(g(y), others - c * y);
+    }
+    return bound;
+  }
+  /// `around_s` with nothing held back by memory: the largest over ranges of the least over
+  /// their options of `at` with every forward hidden; per range, into `least_option` where it is
+  /// not empty, the option whose term is least (its term with nothing hidden bounds the range's).
+  double around(std::vector<std::size_t>& least_option) const {
+    double most = 0;
+    for (std::size_t r = 0; r < b_->ranges.size(); ++r) {
+      const bound_range& p = b_->ranges[r];
+      double least = std::numeric_limits<double>::infinity();
+      for (std::size_t o = p.first; o < p.last; ++o)
+        if (const double x = at(b_->terms[o].sp, b_->terms[o].time, rest_of(p, o), phi_of(r),
+                                std::numeric_limits<double>::infinity());
+            x < least) {
+          least = x;
+          if (!least_option.empty()) least_option[r] = o;
+        }
+      most = std::max(most, least);
+    }
+    return most;
+  }
+
+ private:
+  const priced_bounds* b_;
+  double P_, U_;
+  std::size_t least_at_ = static_cast<std::size_t>(-1);
+  double phi1_ = 0.25, phi2_ = 0.25;
+};
+
+/// Every range's hull pieces (`hidden_forwards`, a twin sharing its owner's), by saving per byte,
+/// most first, with their prefix sums and where each one landed; and the fractional knapsack of
+/// every piece but one range's own within a budget of bytes.
+class hidden_knapsack {
+ public:
+  /// `pieces_of(r, corners, hull)` appends the pieces of range r (an owner) to `hull`.
+  template <class PiecesOf>
+  hidden_knapsack(const priced_bounds& b, PiecesOf&& pieces_of) {
+    std::vector<hull_piece> corners;  // scratch
+    std::vector<std::pair<std::size_t, std::size_t>> hull_of(b.ranges.size());  // range r's pieces of `hull_`
+    first_of_.push_back(0);
+    for (std::size_t r = 0; r < b.ranges.size(); ++r) {
+      const bound_range& p = b.ranges[r];
+      if (p.owner < r) {
+        hull_of[r] = hull_of[p.owner];  // a twin: its owner's pieces
+      } else {
+        hull_of[r].first = hull_.size();
+        pieces_of(r, corners, hull_);
+        hull_of[r].second = hull_.size();
+      }
+      for (std::size_t x = hull_of[r].first; x < hull_of[r].second; ++x) at_hull_.push_back(x);
+      first_of_.push_back(at_hull_.size());
+    }
+    order_.resize(at_hull_.size());
+    for (std::size_t x = 0; x < order_.size(); ++x) order_[x] = x;
+    std::sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t c) {
+      const auto &u = piece(a), &v = piece(c);
+      const double left = u.saved * v.bytes, right = v.saved * u.bytes;
+      return left != right ? left > right : a < c;
+    });
+    landed_.resize(order_.size());
+    double bytes = 0, saved = 0;
+    for (std::size_t j = 0; j < order_.size(); ++j) {
+      landed_[order_[j]] = j;
+      bytes_to_.push_back(bytes += piece(order_[j]).bytes);
+      saved_to_.push_back(saved += piece(order_[j]).saved);
+    }
+  }
+
+  /// The knapsack of every range's pieces but range r's own in `budget` bytes.
+  double most_saved(double budget, std::size_t r) const {
+    own_.clear();
+    for (std::size_t x = first_of_[r]; x < first_of_[r + 1]; ++x) own_.push_back(landed_[x]);
+    std::sort(own_.begin(), own_.end());
+    // The prefix sums up to position j with r's pieces left out.
+    const auto without = [&](std::size_t j, const std::vector<double>& to, bool bytes) {
+      double sum = to[j];
+      for (std::size_t q : own_)
+        if (q <= j) sum -= bytes ? piece(order_[q]).bytes : piece(order_[q]).saved;
+      return sum;
+    };
+    std::size_t lo = 0, hi = order_.size();  // the first j whose sum without r reaches the budget
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (without(mid, bytes_to_, true) < budget)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo == order_.size()) return order_.empty() ? 0.0 : without(order_.size() - 1, saved_to_, false);
+    const double before_b = lo == 0 ? 0 : without(lo - 1, bytes_to_, true);
+    const double before_v = lo == 0 ? 0 : without(lo - 1, saved_to_, false);
+    const auto& x = piece(order_[lo]);
+    return before_v + x.saved * ((budget - before_b) / x.bytes);
+  }
+
+ private:
+  const hull_piece& piece(std::size_t counted) const { return hull_[at_hull_[counted]]; }
+  std::vector<hull_piece> hull_;          // every owner's pieces
+  std::vector<std::size_t> at_hull_;      // counted index (ranges' order) -> index into `hull_`
+  std::vector<std::size_t> first_of_;     // range r's pieces: counted indices first_of_[r] .. first_of_[r + 1]
+  std::vector<std::size_t> order_, landed_;  // counted indices by saving per byte; and where each landed
+  std::vector<double> bytes_to_, saved_to_;  // prefix sums in that order
+  mutable std::vector<std::size_t> own_;     // `most_saved`'s scratch
+};
+
+/// Memory around a path (DESIGN 4.5): the forwards that stage 0 runs behind i's micro-batch m
+/// before m's backward are the next d (P - 1) of its unit, in flight with m, so their stored bytes
+/// fit in the capacity less m's memory, C - memory_i(s, L) on each of m's units. Hiding a
+/// sequence's forward saves at most `hidden_forwards`' value against its floor; over m's s units
+/// the saving is at most the fractional knapsack of every sequence's hull in s (C - memory_i(s,
+/// L)) bytes (`path_bound::at`'s `hidden`, a unit's share), its own pieces left out. Only
+/// sequences whose least option's term with nothing hidden (`hidden` 0, the largest it can be)
+/// passes `above` (the bound without memory, raised as terms come in) are priced, and the pieces
+/// are built and sorted only when one is. Returns `around_s` raised by those terms.
+template <cost_model C, class LoadAt, class OptionsAt>
+  requires stored_per_token_cost_model<C> && work_floors_cost_model<C>
+double memory_around(const C& cost, const priced_bounds& b, const path_bound& path,
+                     const std::vector<std::size_t>& least_option, double above, double around_s, LoadAt&& load_at,
+                     OptionsAt&& options_at) {
+  const auto floors = cost.floors();
+  // Sequence i's options' ends (`detail::recompute_ends`), into `ends`: each ring's work floor
+  // (A + B k) at kmin and at L gives its backward, (A + B k)(2L + k) / (3L + k), which is affine
+  // in u = 3L + k plus -A' L / u (A' = A - 3 B L): convex where A' < 0, and then at most
+  // -A' L (1/sqrt(u0) - 1/sqrt(u1))^2 below its chord over kmin..L.
+  std::vector<recompute_ends> ends;
+  const auto ends_at = [&](std::size_t i) {
+    ends.clear();
+    const auto& load = load_at(i);
+    const int L = cost.blocks();
+    for (const sequence_option& o : options_at(i)) {
+      if (b.speed_of_sp[static_cast<std::size_t>(o.sp)] == 0) continue;  // no block of this size
+      const int sp = o.sp, k = o.checkpointed_blocks;
+      double least_k = std::numeric_limits<double>::infinity(), least_L = least_k, below = 0;
+      for_each_legal_ring(cost, sp, [&](int r) {
+        const double at_k = floors.work(load, sp, k, r), at_L = floors.work(load, sp, L, r);
+        least_k = std::min(least_k, at_k), least_L = std::min(least_L, at_L);
+        if (k >= L) return;
+        const double slope = (at_L - at_k) / (L - k), bent = at_k - slope * k - 3 * slope * L;
+        if (bent < 0) {
+          const double gap = 1 / std::sqrt(3.0 * L + k) - 1 / std::sqrt(4.0 * L);
+          below = std::max(below, -bent * L * gap * gap);
+        }
+      });
+      ends.push_back({k, least_k, least_L, below});
+    }
+  };
+  std::optional<hidden_knapsack> pieces;  // built at the first sequence that needs them
+  for (std::size_t r = 0; r < b.ranges.size(); ++r) {
+    const bound_range& p = b.ranges[r];
+    if (p.first == p.last) continue;
+    const std::size_t x = least_option[r];
+    if (!(path.at(b.terms[x].sp, b.terms[x].time, path.rest_of(p, x), path.phi_of(r), 0) > above)) continue;
+    if (!pieces)
+      pieces.emplace(b, [&](std::size_t owner, std::vector<hull_piece>& corners, std::vector<hull_piece>& hull) {
+        ends_at(b.seq_of[owner]);
+        hidden_forwards(ends, b.ranges[owner].w, static_cast<double>(load_at(b.seq_of[owner]).tokens), b.stored,
+                        corners, hull);
+      });
+    const auto& load = load_at(b.seq_of[r]);
+    double least = std::numeric_limits<double>::infinity();
+    for (std::size_t o = p.first; o < p.last; ++o) {
+      const int sp = b.terms[o].sp;
+      // C - memory_i(s, L) by the law of `stored_per_token_cost_model`
+      const double room = cost.capacity() - cost.static_memory() - cost.working_memory(load, sp) -
+                          static_cast<double>(load.tokens) * b.stored.back() / sp;
+      least = std::min(least, path.at(sp, b.terms[o].time, path.rest_of(p, o), path.phi_of(r),
+                                      pieces->most_saved(sp * std::max(0.0, room), r) / sp));
+    }
+    around_s = std::max(around_s, least);
+    above = std::max(above, least);
+  }
+  return around_s;
+}
+
+}  // namespace detail
+
 /// Lower bounds of DESIGN section 3 for a set of (feasible) sequences.
 /// Simple: max( sum_i W_i / N, max_i min_sp t_i(sp, kmin_i(sp)) ).
 /// Joint: the least T such that every sequence has an sp with t_i(sp, kmin_i(sp)) <= T and the
@@ -163,403 +615,27 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   // priced there (a relaxation, so still a bound), as the options must be.
   if (capacities_differ(cost))
     return lower_bounds_of(at_largest_capacity(cost), groups, count, load_at, options_at, twin_at, speeds);
-  const auto sps = legal_sp_sizes(cost);
-  // By sp: the fastest offered block's speed, 0 where the manager offers none.
-  std::vector<double> speed_of_sp(static_cast<std::size_t>(sps.empty() ? 1 : sps.back() + 1), 0.0);
-  for (int sp : sps) speed_of_sp[static_cast<std::size_t>(sp)] = groups.block_count(sp) > 0 ? 1.0 : 0.0;
-  double capacity = cost.gpus();
-  if (!speeds.empty()) {
-    for (int sp : sps) speed_of_sp[static_cast<std::size_t>(sp)] = fastest_block_speed(speeds, groups, sp);
-    capacity = 0;
-    for (double v : speeds) capacity += v;
-  }
-  struct term {
-    double time, floor, share;  // share: of zero3's per-step floor (`step_floor_share`), 0 without
-    int sp;
-  };
-  std::vector<term> terms;  // the feasible options of every sequence that has no twin before it
-  struct priced {  // sequence i's terms and its w and t
-    std::size_t first, last;
-    double w, t;
-    std::size_t owner;  // the first feasible sequence with these terms, as an index into `ranges`
-    double ahead = 0.25;  // phi_i: its forward, on any option at any recompute, is at least phi_i w
-  };
-  std::vector<priced> ranges;  // per feasible sequence, in order: its terms (twins share them)
-  std::vector<priced> seen(count);
-  // Memory around a path (`stored_per_token_cost_model`, below): the bytes stored per token at
-  // each k, and per entry of `ranges` its sequence's index (a twin: its owner's).
-  std::vector<double> stored;
-  std::vector<std::size_t> seq_of;
-  if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>)
-    if (cost.layout().pp > 1 && speeds.empty())
-      for (int k = 0; k <= cost.blocks(); ++k) stored.push_back(cost.stored_per_token(k));
-  [[maybe_unused]] const auto floors = [&] {
-    if constexpr (work_floors_cost_model<C>)
-      return cost.floors();
-    else
-      return 0;
-  }();
-  // t_i(sp): no step of the batch's sequences that holds i on sp units ends sooner
-  // (`shared_time_floor`).
-  [[maybe_unused]] const auto whole = [&] {
-    typename C::load_type sum{};
-    if constexpr (shared_time_floor_cost_model<C>)
-      for (std::size_t i = 0; i < count; ++i) sum = sum + load_at(i);
-    return sum;
-  }();
-  const auto in_company = [&](const auto& load, const sequence_option& o) {
-    if constexpr (shared_time_floor_cost_model<C>)
-      return cost.shared_time_floor(load, o.sp, o.checkpointed_blocks, o.time_s, whole);
-    else
-      return o.time_s;
-  };
-  double work = 0, longest = 0, shares = 0, shortest = std::numeric_limits<double>::infinity();
+  const detail::priced_bounds b = detail::price_bounds(cost, groups, count, load_at, options_at, twin_at, speeds);
   const int pp = cost.layout().pp;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (const std::size_t j = twin_at(i); j < i) {  // equal load and options: equal terms
-      const priced p = seen[i] = seen[j];
-      if (!std::isfinite(p.t)) continue;  // as below
-      ranges.push_back(p);
-      if (!stored.empty()) seq_of.push_back(seq_of[p.owner]);
-      if (p.first < p.last) shares += terms[p.first].share;
-      work += p.w;
-      longest = std::max(longest, p.t);
-      shortest = std::min(shortest, p.t);
-      continue;
-    }
-    const auto& load = load_at(i);
-    const std::size_t start = terms.size();
-    double w = std::numeric_limits<double>::infinity(), t = std::numeric_limits<double>::infinity();
-    double share = 0;
-    double forward = std::numeric_limits<double>::infinity();  // its least forward seconds (work floors)
-    if constexpr (step_floor_share_cost_model<C>) share = cost.step_floor_share(load);
-    for (const sequence_option& o : options_at(i)) {
-      const double speed = speed_of_sp[static_cast<std::size_t>(o.sp)];
-      if (speed == 0) continue;  // no block of this size: no plan runs the option
-      // Any legal ring may run the step: the least floor over them (options are timed at the fastest).
-      const int sp = o.sp, k = o.checkpointed_blocks;
-      if constexpr (work_floors_cost_model<C>) {
-        // The same floors, through the cost model's per-model terms computed once (`floors`),
-        // each the least over the legal rings as `least_work_floor` takes it: the step's ring,
-        // then each wider one.
-        auto least_over_rings = [&](int kk) {
-          decltype(floors.both(load, sp, kk, 1)) least{std::numeric_limits<double>::infinity(),
-                                                       std::numeric_limits<double>::infinity()};
-          for_each_legal_ring(cost, sp, [&](int r) {
-            const auto [work_r, packed_r] = floors.both(load, sp, kk, r);
-            least.work = work_r < least.work ? work_r : least.work;
-            least.packed = packed_r < least.packed ? packed_r : least.packed;
-          });
-          return least;
-        };
-        const auto [floor, packed] = least_over_rings(k);
-        const double fastest = in_company(load, o) / speed;
-        terms.push_back({fastest, std::max(floor, packed), share, sp});
-        w = std::min(w, floor), t = std::min(t, fastest);
-        if constexpr (pipeline_cost_model<C>)
-          if (pp > 1) {
-            // The work floor is affine in k, so its forward share `floor(k) L / (3L + k)` is
-            // monotone in k: the least over k..L is at an end (DESIGN 4.5, around a path).
-            const int L = cost.blocks();
-            double at_L = std::numeric_limits<double>::infinity();  // the work floor alone: no packed one
-            for_each_legal_ring(cost, sp, [&](int r) {
-              const double x = floors.work(load, sp, L, r);
-              at_L = x < at_L ? x : at_L;
-            });
-            forward = std::min({forward, floor * forward_share(L, k), at_L * forward_share(L, L)});
-          }
-        continue;
-      }
-      const double floor = least_work_floor(cost, load, sp, k);
-      term x{in_company(load, o) / speed, floor, share, sp};
-      // The joint bound takes the tighter packed floor where the cost model has one.
-      if constexpr (requires { cost.packed_work_floor(load, sp, k); }) {
-        double packed = cost.packed_work_floor(load, sp, k);
-        if constexpr (requires { cost.packed_work_floor(load, sp, k, 1); })
-          for (int r = 2 * step_ring_of(cost, sp); r <= widest_ring_of(cost, sp) && sp % r == 0; r *= 2)
-            packed = std::min(packed, cost.packed_work_floor(load, sp, k, r));
-        x.floor = std::max(floor, packed);
-      }
-      terms.push_back(x);
-      w = std::min(w, floor), t = std::min(t, x.time);
-    }
-    seen[i] = {start, terms.size(), w, t, ranges.size()};
-    // In [1/4, 1/3] in exact arithmetic; the clamp absorbs rounding.
-    if (std::isfinite(forward) && w > 0) seen[i].ahead = std::clamp(forward / w, 0.25, 1.0 / 3);
-    if (!std::isfinite(t)) continue;  // infeasible: not part of any plan
-    ranges.push_back(seen[i]);
-    if (!stored.empty()) seq_of.push_back(i);
-    shares += share;
-    work += w;
-    longest = std::max(longest, t);
-    shortest = std::min(shortest, t);
-  }
   batch_bounds out;
-  out.busy_s = std::max(work, shares) / capacity;
-  out.longest_s = longest;
-  out.shortest_s = std::isfinite(shortest) ? shortest : 0;
-  // Pipelines (DESIGN 4.5): sequence i's micro-batch on s units lasts t >= t_i(s) per stage and
-  // takes P t to pass the stages. Of its units' other work (y per unit, in floors), stage 0 runs
-  // the forwards of what is ahead of it (at least phi of its floors: below) before its path and
-  // the backwards of what is behind it (at least two thirds) after, at any warmup depth; the last
-  // stage runs everything ahead, forward and backward, before it, and the path's backward then
-  // returns through P - 1 stages. With a ahead: T >= P t + phi a + 2 (y - a)/3 and
-  // T >= t + 2 (P - 1) t / 3 + a + 2 (y - a)/3, whose larger is least at a = min(y, y*),
-  // y* = (P - 1) t / (3 (1 - phi)): T >= g(y) = P t + phi y + (2/3 - phi) max(0, y - y*). The
-  // other units carry the rest, T >= (R - s y) / (U - s) (equal speeds). R is the other
-  // sequences' floors less what fits beside i at no extra time, s t - W'_i(s) (packing more
-  // lengthens the path faster than it shortens the rest). The least over y, then over i's
-  // options, bounds every plan; the largest over i is `around_s`.
-  // phi: a step's forward is `forward_share(L, k)` of its time, 1/4 to 1/3. Where the work floor
-  // is affine in k (`work_floors_cost_model`), floor(k) L / (3L + k) is monotone in k, so a
-  // sequence's forward on any option at any k >= kmin is at least the least of it at kmin and
-  // at L over its options: phi_j of its floor W_j (`priced::ahead`). The others' least phi_j
-  // holds for every mix ahead of i; elsewhere phi = 1/4.
-  const double P = pp, U = cost.gpus();
-  // The two least phi_j, so that i's own is left out of its term.
-  std::size_t least_at = ranges.size();
-  double phi1 = 0.25, phi2 = 0.25;
-  if (pp > 1 && !ranges.empty()) {
-    phi1 = phi2 = 1.0 / 3;
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      if (ranges[r].ahead < phi1)
-        phi2 = phi1, phi1 = ranges[r].ahead, least_at = r;
-      else if (ranges[r].ahead < phi2)
-        phi2 = ranges[r].ahead;
-    }
-  }
-  // The bound for one option (s units, t per stage; `rest` the others' floors) where the work
-  // behind the path runs at most `hidden` seconds a unit of its forwards on stage 0 before the
-  // path's backward (memory around a path, below; infinite: all of them): g(y) rises with a third
-  // piece from y = y* + 3 hidden.
-  const auto around_at = [&](double s, double t, double rest, double phi, double hidden) {
-    const double knee = (P - 1) * t / (3 * (1 - phi));  // y*: past it the last stage binds
-    const double bend = knee + 3 * hidden;              // past it memory binds stage 0
-    const double steep = 2.0 / 3.0 + 1 / (3 * (4 - 3 * phi));
-    auto around = [&](double y) {
-      double g = P * t + phi * y + (2.0 / 3.0 - phi) * std::max(0.0, y - knee);
-      if (y > bend) g += (steep - 2.0 / 3.0) * (y - bend);
-      return g;
-    };
-    double at = around(rest / s);  // every unit holds i: all the rest is around its path
-    if (s < U) {
-      // g rises and (R - s y) / (U - s) falls in y: they cross on one of g's pieces.
-      const double c = s / (U - s), others = rest / (U - s);
-      double y = (others - P * t) / (phi + c);
-      if (y > knee) y = (others - P * t + (2.0 / 3.0 - phi) * knee) / (2.0 / 3.0 + c);
-      if (y > bend) y = (others - around(bend) + steep * bend) / (steep + c);
-      y = std::clamp(y, 0.0, rest / s);
-      at = std::max(around(y), others - c * y);
-    }
-    return at;
-  };
-  const auto rest_of = [&](const priced& p, std::size_t o) {
-    return std::max(0.0, work - p.w - std::max(0.0, terms[o].sp * terms[o].time - terms[o].floor));
-  };
-  // Per range, the option whose term is least: where memory counts (below), the range's term is
-  // at most that option's with nothing hidden behind the path.
-  std::vector<std::size_t> least_option(stored.empty() ? 0 : ranges.size(), 0);
-  if (pp > 1 && speeds.empty())
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      const priced& p = ranges[r];
-      const double phi = r == least_at ? phi2 : phi1;
-      double least = std::numeric_limits<double>::infinity();
-      for (std::size_t o = p.first; o < p.last; ++o)
-        if (const double at =
-                around_at(terms[o].sp, terms[o].time, rest_of(p, o), phi, std::numeric_limits<double>::infinity());
-            at < least) {
-          least = at;
-          if (!least_option.empty()) least_option[r] = o;
-        }
-      out.around_s = std::max(out.around_s, least);
-    }
+  out.busy_s = std::max(b.work, b.shares) / b.capacity;
+  out.longest_s = b.longest;
+  out.shortest_s = std::isfinite(b.shortest) ? b.shortest : 0;
+  const detail::path_bound path(b, pp, cost.gpus());
+  std::vector<std::size_t> least_option(b.stored.empty() ? 0 : b.ranges.size(), 0);
+  if (pp > 1 && speeds.empty()) out.around_s = path.around(least_option);
   // zero3: no step is shorter than its gather floor, and a step holds at most x_max tokens per
   // unit, so the batch needs at least sum_i share_i unit-seconds (DESIGN section 3).
-  out.simple_s = std::max({work / capacity, longest, shares / capacity});
-
-  // Joint: at T every sequence takes its smallest floor among options no slower than T; that
-  // sum only falls as T grows, so sweep T upwards from the longest alone time over the
-  // breakpoints where some sequence gains a cheaper option. With zero3 shares, a step's
-  // unit-seconds cover both its members' floors and their shares, so also every mix
-  // lambda floor + (1 - lambda) share; each lambda gives a valid bound and the largest counts.
-  // Under P stages the same sweep with each option's time its path, P t, and the bubble floor
-  // added to the floors' time (`pipeline_joint_s`): `scale` = P, `wait` = the bubble floor.
-  const std::size_t n = ranges.size();
-  auto joint_at = [&](double lambda, double scale, double wait) {
-    auto floor_of = [&](const term& x) { return lambda == 1 ? x.floor : lambda * x.floor + (1 - lambda) * x.share; };
-    std::vector<double> floor_at(n);
-    struct event {
-      double time;
-      std::size_t seq;
-      double floor;
-    };
-    std::vector<event> later;
-    double sum = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const priced& r = ranges[i];
-      double w = std::numeric_limits<double>::infinity();
-      if (r.owner < i) {  // a twin: its owner's floor, not yet lowered (the sweep comes after)
-        w = floor_at[r.owner];
-      } else {
-        for (std::size_t o = r.first; o < r.last; ++o)
-          if (terms[o].time <= longest) w = std::min(w, floor_of(terms[o]));
-      }
-      for (std::size_t o = r.first; o < r.last; ++o)
-        if (terms[o].time > longest && floor_of(terms[o]) < w) later.push_back({terms[o].time, i, floor_of(terms[o])});
-      floor_at[i] = w;
-      sum += w;
-    }
-    double joint = std::max(scale * longest, sum / capacity + wait);
-    if (sum / capacity + wait > scale * longest) {
-      std::sort(later.begin(), later.end(), [](const event& a, const event& b) {
-        return a.time != b.time ? a.time < b.time : a.seq != b.seq ? a.seq < b.seq : a.floor < b.floor;
-      });
-      // Below the next breakpoint the sum is constant: T = sum / capacity works if it comes first.
-      for (std::size_t e = 0; e < later.size() && sum / capacity + wait > scale * later[e].time;) {
-        const double at = later[e].time;
-        for (; e < later.size() && later[e].time == at; ++e) {
-          const event& x = later[e];
-          if (x.floor < floor_at[x.seq]) sum -= floor_at[x.seq] - x.floor, floor_at[x.seq] = x.floor;
-        }
-        joint = std::max(scale * at, sum / capacity + wait);
-      }
-    }
-    return joint;
-  };
-  const auto largest_joint = [&](double scale, double wait) {
-    double joint = joint_at(1, scale, wait);
-    if (shares > 0)
-      for (double lambda : {0.75, 0.5, 0.25, 0.0}) joint = std::max(joint, joint_at(lambda, scale, wait));
-    return joint;
-  };
+  out.simple_s = std::max({b.work / b.capacity, b.longest, b.shares / b.capacity});
   // The joint is equal to or above the simple bound in exact arithmetic; the max absorbs rounding.
-  out.joint_s = std::max(largest_joint(1, 0), out.simple_s);
-  if (const int stages = cost.layout().pp; stages > 1)
-    out.pipeline_joint_s = largest_joint(stages, pipeline_bubble_floor(stages, out.shortest_s));
-  // Memory around a path (DESIGN 4.5): the forwards that stage 0 runs behind i's micro-batch m
-  // before m's backward are the next d (P - 1) of its unit, in flight with m, so their stored
-  // bytes fit in the capacity less m's memory, C - memory_i(s, L) on each of m's units. Hiding a
-  // sequence's forward saves at most `hidden_forwards`' value against its floor; over m's s units
-  // the saving is at most the fractional knapsack of every sequence's hull in s (C - memory_i(s,
-  // L)) bytes (`around_at`'s `hidden`, a unit's share), its own pieces left out. Only sequences
-  // whose least option's term with nothing hidden (`hidden` 0, the largest it can be) passes the
-  // other terms are priced, and the pieces are built and sorted only when one is.
-  if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>) {
-    if (stored.empty()) return out;
-    double above = pipelined(out, pp).joint_s;  // the bound without memory
-    // Every sequence's pieces, by saving per byte, most first (`order`, as indices into `hull`
-    // counted in `ranges`' order), their prefix sums, and where each one landed.
-    std::vector<std::size_t> order, landed;
-    std::vector<double> bytes_to, saved_to;
-    std::vector<std::size_t> first_of;              // range r's pieces: order indices first_of[r] .. first_of[r + 1]
-    std::vector<detail::hull_piece> hull, corners;  // every owner's pieces (`hidden_forwards`); scratch
-    // Sequence i's options' ends (`detail::recompute_ends`), into `ends`: each ring's work floor
-    // (A + B k) at kmin and at L gives its backward, (A + B k)(2L + k) / (3L + k), which is
-    // affine in u = 3L + k plus -A' L / u (A' = A - 3 B L): convex where A' < 0, and then at
-    // most -A' L (1/sqrt(u0) - 1/sqrt(u1))^2 below its chord over kmin..L.
-    std::vector<detail::recompute_ends> ends;
-    const auto ends_at = [&](std::size_t i) {
-      ends.clear();
-      const auto& load = load_at(i);
-      const int L = cost.blocks();
-      for (const sequence_option& o : options_at(i)) {
-        if (speed_of_sp[static_cast<std::size_t>(o.sp)] == 0) continue;  // as above
-        const int sp = o.sp, k = o.checkpointed_blocks;
-        double least_k = std::numeric_limits<double>::infinity(), least_L = least_k, below = 0;
-        for_each_legal_ring(cost, sp, [&](int r) {
-          const double at_k = floors.work(load, sp, k, r), at_L = floors.work(load, sp, L, r);
-          least_k = std::min(least_k, at_k), least_L = std::min(least_L, at_L);
-          if (k >= L) return;
-          const double slope = (at_L - at_k) / (L - k), bent = at_k - slope * k - 3 * slope * L;
-          if (bent < 0) {
-            const double gap = 1 / std::sqrt(3.0 * L + k) - 1 / std::sqrt(4.0 * L);
-            below = std::max(below, -bent * L * gap * gap);
-          }
-        });
-        ends.push_back({k, least_k, least_L, below});
-      }
-    };
-    const auto piece = [&](std::size_t x) -> const detail::hull_piece& { return hull[x]; };
-    std::vector<std::size_t> at_hull;  // counted index -> index into `hull`
-    const auto sort_pieces = [&] {
-      std::vector<std::pair<std::size_t, std::size_t>> hull_of(ranges.size());  // range r's pieces of `hull`
-      first_of.push_back(0);
-      for (std::size_t r = 0; r < ranges.size(); ++r) {
-        const priced& p = ranges[r];
-        if (p.owner < r) {
-          hull_of[r] = hull_of[p.owner];  // a twin: its owner's pieces
-        } else {
-          hull_of[r].first = hull.size();
-          ends_at(seq_of[r]);
-          detail::hidden_forwards(ends, p.w, static_cast<double>(load_at(seq_of[r]).tokens), stored, corners, hull);
-          hull_of[r].second = hull.size();
-        }
-        for (std::size_t x = hull_of[r].first; x < hull_of[r].second; ++x) at_hull.push_back(x);
-        first_of.push_back(at_hull.size());
-      }
-      order.resize(at_hull.size());
-      for (std::size_t x = 0; x < order.size(); ++x) order[x] = x;
-      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        const auto &u = piece(at_hull[a]), &v = piece(at_hull[b]);
-        const double left = u.saved * v.bytes, right = v.saved * u.bytes;
-        return left != right ? left > right : a < b;
-      });
-      landed.resize(order.size());
-      double b = 0, v = 0;
-      for (std::size_t j = 0; j < order.size(); ++j) {
-        landed[order[j]] = j;
-        bytes_to.push_back(b += piece(at_hull[order[j]]).bytes);
-        saved_to.push_back(v += piece(at_hull[order[j]]).saved);
-      }
-    };
-    // The knapsack of every sequence's pieces but range r's own in `budget` bytes.
-    std::vector<std::size_t> own;
-    const auto most_saved = [&](double budget, std::size_t r) {
-      if (order.empty()) sort_pieces();
-      own.clear();
-      for (std::size_t x = first_of[r]; x < first_of[r + 1]; ++x) own.push_back(landed[x]);
-      std::sort(own.begin(), own.end());
-      // The prefix sums up to position j with r's pieces left out.
-      const auto without = [&](std::size_t j, const std::vector<double>& to, bool bytes) {
-        double sum = to[j];
-        for (std::size_t q : own)
-          if (q <= j) sum -= bytes ? piece(at_hull[order[q]]).bytes : piece(at_hull[order[q]]).saved;
-        return sum;
-      };
-      std::size_t lo = 0, hi = order.size();  // the first j whose sum without r reaches the budget
-      while (lo < hi) {
-        const std::size_t mid = lo + (hi - lo) / 2;
-        if (without(mid, bytes_to, true) < budget)
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
-      if (lo == order.size()) return order.empty() ? 0.0 : without(order.size() - 1, saved_to, false);
-      const double before_b = lo == 0 ? 0 : without(lo - 1, bytes_to, true);
-      const double before_v = lo == 0 ? 0 : without(lo - 1, saved_to, false);
-      const auto& x = piece(at_hull[order[lo]]);
-      return before_v + x.saved * ((budget - before_b) / x.bytes);
-    };
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      const priced& p = ranges[r];
-      const double phi = r == least_at ? phi2 : phi1;
-      if (p.first == p.last) continue;
-      const std::size_t x = least_option[r];
-      if (!(around_at(terms[x].sp, terms[x].time, rest_of(p, x), phi, 0) > above)) continue;
-      const auto& load = load_at(seq_of[r]);
-      double least = std::numeric_limits<double>::infinity();
-      for (std::size_t o = p.first; o < p.last; ++o) {
-        const int sp = terms[o].sp;
-        // C - memory_i(s, L) by the law of `stored_per_token_cost_model`
-        const double room = cost.capacity() - cost.static_memory() - cost.working_memory(load, sp) -
-                            static_cast<double>(load.tokens) * stored.back() / sp;
-        least = std::min(
-            least, around_at(sp, terms[o].time, rest_of(p, o), phi, most_saved(sp * std::max(0.0, room), r) / sp));
-      }
-      out.around_s = std::max(out.around_s, least);
-      above = std::max(above, least);
-    }
-  }
+  out.joint_s = std::max(detail::joint_bound(b, 1, 0), out.simple_s);
+  // Under P stages the same sweep with each option's time its path, P t, and the bubble floor
+  // added to the floors' time.
+  if (pp > 1) out.pipeline_joint_s = detail::joint_bound(b, pp, pipeline_bubble_floor(pp, out.shortest_s));
+  if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>)
+    if (!b.stored.empty())
+      out.around_s = detail::memory_around(cost, b, path, least_option, pipelined(out, pp).joint_s, out.around_s,
+                                           load_at, options_at);
   return out;
 }
 

@@ -323,16 +323,6 @@ inline void split_round(plan& p, std::size_t at) {
   for (std::size_t j = at; j < p.steps.size(); ++j) ++p.steps[j].round;
 }
 
-/// `memory(load, k)` of `cost` on `sp` GPUs: the cost model's `memory_at(sp)` where it has one
-/// (its per-size constants computed once), else `cost.memory`.
-template <cost_model C>
-auto memory_of(const C& cost, int sp) {
-  if constexpr (requires { cost.memory_at(sp)(std::declval<const typename C::load_type&>(), 0); })
-    return cost.memory_at(sp);
-  else
-    return [&cost, sp](const typename C::load_type& l, int k) { return cost.memory(l, sp, k); };
-}
-
 /// What parts 2 and 3 price of the steps of a plan as placed, whatever their order: each one's
 /// load, stage transfer and working set (recompute changes none), its memory at any count of
 /// checkpointed blocks (a few operations: computed where asked), and its time at each count,
