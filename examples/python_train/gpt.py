@@ -22,6 +22,7 @@ class GPTConfig:
     blocks: int = 2
     max_len: int = 1024  #: rows of the learned position embedding
     seed: int = 1
+    backend: str = "math"  #: dcp.torch.attention's backend: math, sdpa, flex or varlen (dcp.torch.BACKENDS)
 
     def spec(self) -> dcp.Model:
         """The model dcp prices: the same blocks, width, heads and MLP, causal attention."""
@@ -34,7 +35,7 @@ class Block(nn.Module):
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
-        self.heads, self.head_dim = c.heads, c.hidden // c.heads
+        self.heads, self.head_dim, self.backend = c.heads, c.hidden // c.heads, c.backend
         self.ln1 = nn.LayerNorm(c.hidden)
         self.qkv = nn.Linear(c.hidden, 3 * c.hidden)
         self.proj = nn.Linear(c.hidden, c.hidden)
@@ -45,8 +46,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, ctx: dcp.torch.StepContext) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv(self.ln1(x)).view(t, self.heads, 3 * self.head_dim).split(self.head_dim, -1)
+        a = dcp.torch.attention(q, k, v, ctx, causal=True, backend=self.backend)
         # reshape to the width, not -1: a padding pass (no tokens) has t = 0
-        h = x + self.proj(dcp.torch.attention(q, k, v, ctx, causal=True).reshape(t, self.heads * self.head_dim))
+        h = x + self.proj(a.reshape(t, self.heads * self.head_dim))
         return h + self.fc2(nn.functional.gelu(self.fc1(self.ln2(h))))
 
 

@@ -294,6 +294,22 @@ def test_readme_torch_loop_is_the_examples_own():
     assert block.strip() in dedented
 
 
+def test_readme_pytorch_lines_are_the_quickstarts_own():
+    """README's PyTorch lines are quickstart.py's, verbatim and in its order (indented 4 less,
+    outside main's body); a line ``...`` stands for lines left out."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### From PyTorch"):]
+    block = section[section.index("```python\n") + len("```python\n"):]
+    shown = [line for line in block[: block.index("```")].splitlines() if line.strip() != "..."]
+    script = (REPO / "examples" / "python_train" / "quickstart.py").read_text(encoding="utf-8").splitlines()
+    assert len(shown) > 20
+    at = 0
+    for line in shown:
+        found = [i for i in range(at, len(script)) if script[i] == "    " + line]
+        assert found, f"README's line {line!r} is not in quickstart.py (after its line {at})"
+        at = found[0] + 1
+
+
 # --- the scheduler ---------------------------------------------------------------------------------
 
 

@@ -3,8 +3,9 @@ on 1, 2 and 4 CPU ranks (gloo, float64) equal a single-process full-batch run to
 with sp > 1, uneven shards, unequal accumulation, recompute and Ulysses x Ring steps present
 (asserted present); so do worlds that are part of the job (replicas, a DeviceMesh dimension),
 and FSDP2 under zero3 plans with padding passes (ctest python.fsdp2, label collectives).
-Collective calls made by one rank only are dcp.Error (timeout) naming the call. Skipped, saying
-why, where torch 2.x or its gloo backend is missing."""
+Collective calls made by one rank only are dcp.Error (timeout) naming the call. A rank's
+micro-batch fetches only the documents of its token shard. Skipped, saying why, where torch 2.x
+or its gloo backend is missing."""
 
 import json
 import os
@@ -172,3 +173,114 @@ def test_data_loader_with_workers_resumes_where_the_loop_stopped():
         DataLoader(documents, dcp.Sampler(lengths, 2000, 3))
     with pytest.raises(ValueError):
         BatchSampler(dcp.Sampler(lengths, 2000, 3)).state_dict(consumed=1)  # nothing taken yet
+
+
+class CountingDocuments:
+    """Documents fetched as ``documents(id)`` (a callable), each fetch recorded."""
+
+    def __init__(self, docs):
+        self.docs = docs
+        self.fetched = []
+
+    def __call__(self, i):
+        self.fetched.append(i)
+        return self.docs[i]
+
+
+class CountingIndex:
+    """Documents fetched as ``documents[id]`` (a list-like dataset), each fetch recorded."""
+
+    def __init__(self, docs):
+        self.docs = docs
+        self.fetched = []
+
+    def __getitem__(self, i):
+        self.fetched.append(i)
+        return self.docs[i]
+
+    def __len__(self):
+        return len(self.docs)
+
+
+def shard_bounds(total, sp, index):
+    """dcp::shard_of written out again: the first ``total % sp`` shards are one token longer."""
+    base, extra = divmod(total, sp)
+    begin = index * base + min(index, extra)
+    return begin, begin + base + (index < extra)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_micro_batch_fetches_only_the_documents_of_its_shard(seed):
+    """Over random lengths and three batches each of dcp, bucket and packed plans (rings of 1 and
+    2) on 4 ranks, every rank's micro-batch of every step fetches exactly the documents with
+    tokens in its shard, once each, in order, through a callable or an index, and its tensors
+    and context equal the packed step's tokens, targets, positions and weights with every
+    document fetched, then sliced to the shard (the fetch-everything result)."""
+    import math
+
+    import numpy as np
+
+    import dcp
+    import dcp.torch
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "python_train"))
+    from gpt import GPTConfig, scaled_device
+
+    rng = np.random.default_rng(seed)
+    lengths = np.exp(rng.uniform(math.log(3), math.log(97), 40)).astype(np.int64)
+    docs = [rng.integers(0, 29, n + 1, dtype=np.int64) for n in lengths]
+    config = GPTConfig(vocab=29, hidden=16, heads=4, mlp=32, blocks=2, max_len=96)
+    gpus, budget = 4, 320
+    seen = {"split": 0, "skipped_fetches": 0, "ring": 0, "uneven": 0, "ends_with_a_document": 0}
+    for ring, fit in ((1, 24), (2, 12)):
+        cost = dcp.Cost(config.spec(), device=scaled_device(config.spec(), gpus, fit), gpus=gpus, ring=ring)
+        sched = dcp.Scheduler(cost, global_batch_tokens=budget, seed=seed)
+        sampler = dcp.Sampler(lengths, budget, seed, cost)
+        for method in ("dcp", "bucket", "packed") * 3:
+            ids = sampler.next()
+            if method == "dcp":
+                plan = sched.plan(lengths[ids], ids=ids)
+            else:
+                plan = dcp.plan(cost, lengths[ids], method=method, dataset=lengths, global_batch_tokens=budget,
+                                seed=seed, ids=ids)
+            groups = dcp.torch.ProcessGroups()
+            # No torch.distributed here: the plan's groups stand in as None (this rank's only).
+            groups._groups = {tuple(r): None for r in sched.process_groups(plan)}
+            for rank in range(gpus):
+                for step in sched.steps_for(plan, rank):
+                    seqs = list(step.sequences)
+                    begin = np.cumsum([0] + [q.tokens for q in seqs])
+                    total = int(begin[-1])
+                    lo, hi = shard_bounds(total, step.sp, step.group_rank) if seqs else (0, 0)
+                    overlapping = [q.id for i, q in enumerate(seqs) if begin[i] < hi and lo < begin[i + 1]]
+                    for counting in (CountingDocuments(docs), CountingIndex(docs)):
+                        mb = dcp.torch.micro_batch(step, groups, counting)
+                        assert counting.fetched == overlapping, (method, rank, step.index)
+                        if not seqs:  # a padding pass
+                            assert mb.weights.tolist() == [0.0]
+                            continue
+                        # The reference: every document fetched, packed, then sliced to the shard.
+                        whole = [docs[q.id] for q in seqs]
+                        tokens = np.concatenate([d[:-1] for d in whole])[lo:hi]
+                        targets = np.concatenate([d[1:] for d in whole])[lo:hi]
+                        positions = np.concatenate([np.arange(q.tokens) for q in seqs])[lo:hi]
+                        weights = np.concatenate([np.full(q.tokens, q.loss_weight / q.tokens) for q in seqs])[lo:hi]
+                        assert mb.tokens.tolist() == tokens.tolist()
+                        assert mb.targets.tolist() == targets.tolist()
+                        assert mb.positions.tolist() == positions.tolist()
+                        assert mb.weights.tolist() == weights.tolist()
+                        assert mb.tokens.dtype == mb.targets.dtype == mb.positions.dtype == torch.int64
+                        assert mb.weights.dtype == torch.float64
+                        ctx = mb.context
+                        assert ctx.seq_begin == begin.tolist() and ctx.shard == (lo, hi)
+                        assert (ctx.sp, ctx.ring, ctx.group_rank) == (step.sp, step.ring, step.group_rank)
+                    if seqs:
+                        seen["split"] += any(begin[i] < lo < begin[i + 1] for i in range(len(seqs)))
+                        seen["skipped_fetches"] += len(overlapping) < len(seqs)
+                        seen["ring"] += step.ring > 1
+                        seen["uneven"] += total % step.sp != 0
+                        # the last target of a shard that ends with a document is that document's own
+                        seen["ends_with_a_document"] += step.sp > 1 and hi in begin[1:-1]
+    # What the plans held, so that the assertions above met shards that cut documents and
+    # shards that leave documents out.
+    assert all(v > 0 for v in seen.values()), seen
+
