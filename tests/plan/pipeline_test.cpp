@@ -852,6 +852,7 @@ TEST(PipelineKnobs, RoomAndPathCapShapeTheMicroBatches) {
     std::vector<int> longest_sp;
     for (double cap : {64.0, 4.0, 0.5}) {
       dcp::dcp_planner planner;
+      planner.restrictions = false;  // the knobs shape this planner's own plans (its restrictions ignore them)
       planner.pipeline = {cap, static_cast<int>(r.pick(std::vector<std::int64_t>{1, 2, 4, 8}))};
       SCOPED_TRACE("trial " + std::to_string(trial) + ": pp = " + std::to_string(pp) + ", path cap " +
                    std::to_string(cap) + ", room " + std::to_string(planner.pipeline.room));

@@ -47,7 +47,9 @@ struct recorded {
 };
 
 // Recorded before the planner's latency work (shared per-shape options, by-value sorts, the
-// cost model's memory_at).
+// cost model's memory_at); two rows (opensora-zipf50 16 GPUs inter = false, cogvideox-zipf10 32
+// GPUs dcp) again when the planner's restrictions (step 11) joined its candidates: a plan only
+// changes where one of them ends sooner.
 constexpr recorded table[] = {
     {"opensora-zipf1", 32, 512, 0, 0xb4e8306e78d7a1bcull, 0x8013324d94ccfe91ull},
     {"opensora-zipf1", 32, 512, 1, 0x715b6bf66527bb53ull, 0x8013324d94ccfe91ull},
@@ -92,7 +94,7 @@ constexpr recorded table[] = {
     {"opensora-zipf50", 512, 1500, 1, 0xe49be4b156c3a21aull, 0x8091200904021020ull},
     {"opensora-zipf50", 512, 1500, 2, 0xf770766b5e8d3019ull, 0x8091200904021020ull},
     {"opensora-zipf50", 16, 40, 0, 0x83925ab23424ef01ull, 0x80914bbe4fee3a71ull},
-    {"opensora-zipf50", 16, 40, 1, 0x893777a3eca2af20ull, 0x80914bbe4fee3a71ull},
+    {"opensora-zipf50", 16, 40, 1, 0xfe282beb8b94a819ull, 0x80914bbe4fee3a71ull},
     {"opensora-zipf50", 16, 40, 2, 0x88168f7533b6db3full, 0x80914bbe4fee3a71ull},
     {"cogvideox-zipf1", 32, 512, 0, 0xf6848952d2c08e06ull, 0x802ba0f6b0cce697ull},
     {"cogvideox-zipf1", 32, 512, 1, 0x7ceb82aa93815ec1ull, 0x802ba0f6b0cce697ull},
@@ -109,7 +111,7 @@ constexpr recorded table[] = {
     {"cogvideox-zipf1", 16, 40, 0, 0x230c28fb13ffa598ull, 0x8040d68e108b2f48ull},
     {"cogvideox-zipf1", 16, 40, 1, 0x26d7600ecc466d8aull, 0x8040d68e108b2f48ull},
     {"cogvideox-zipf1", 16, 40, 2, 0x5b1aad5ab59ca28dull, 0x8040d68e108b2f48ull},
-    {"cogvideox-zipf10", 32, 512, 0, 0x67aa69bf1389da37ull, 0x8017e89deedf76ceull},
+    {"cogvideox-zipf10", 32, 512, 0, 0x21726ba8cc42ff2dull, 0x8017e89deedf76ceull},
     {"cogvideox-zipf10", 32, 512, 1, 0x915e6d18677630cfull, 0x8017e89deedf76ceull},
     {"cogvideox-zipf10", 32, 512, 2, 0xe8af486c46f2af70ull, 0x8017e89deedf76ceull},
     {"cogvideox-zipf10", 256, 4096, 0, 0x37688a399e73225cull, 0x8010d71af792da4eull},

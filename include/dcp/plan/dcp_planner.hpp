@@ -41,12 +41,14 @@
 ///    as if every node were the weakest (what `dcp-uniform` plans), timed on the cluster
 ///    (`retimed`), and kept where it ends sooner and holds every sequence the plan holds: a plan
 ///    told the nodes never ends later than the same planner told less.
-/// 11. rounds under coupled collectives: on a layout whose collectives span groups (zero3,
-///    ep > 1; every plan is made lockstep with padding passes, `plan/coupling.hpp`), the batch is
-///    also planned in synchronised rounds (`inter = false`, whose rounds are lockstep already)
-///    and kept where it ends sooner and holds every sequence the plan holds. Its own plans (with and
-///    without dissolving), and the best at the end, are also re-placed as shelves (`shelved`,
-///    `plan/shelves.hpp`) and kept where they end sooner.
+/// 11. allowed less: the batch is also planned without DCP-intra, without DCP-inter (synchronised
+///    rounds, lockstep already under collectives that span groups) and without both, on the
+///    cluster and (step 10) as its weakest node, each where its joint bound leaves room to end
+///    sooner than the best so far, and kept where it ends sooner and holds every sequence the plan
+///    holds: a planner allowed more never plans worse than itself allowed less. Under coupled
+///    collectives (zero3, ep > 1; every plan is made lockstep with padding passes,
+///    `plan/coupling.hpp`) its own plans (with and without dissolving), and the best at the end,
+///    are also re-placed as shelves (`shelved`, `plan/shelves.hpp`) and kept where they end sooner.
 /// With `inter = false` steps run in synchronised rounds, one per GPU group; with
 /// `intra = false` every block is checkpointed. Both exist to measure what each part earns.
 /// With per-GPU `speeds` (straggler-aware planning), or on a cluster whose nodes run at different
@@ -233,6 +235,10 @@ struct dcp_planner {
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
   pipeline_knobs pipeline;  ///< micro-batch shape under pp > 1; `dcp::tune` chooses a workload's
+  /// Step 11 of the file comment: also plan as this planner allowed less (without DCP-intra,
+  /// DCP-inter, both) and keep a sooner plan; false plans this configuration alone (to study what
+  /// one knob does to its own plans).
+  bool restrictions = true;
   /// Static systems, tuned on the workload, whose plan of each batch is a candidate (step 9 of the
   /// file comment; `with_baselines` in `<dcp/workload/tuning.hpp>` fills it); empty: none.
   std::vector<static_baseline> baselines;
@@ -268,7 +274,7 @@ struct dcp_planner {
   friend std::ostream& operator<<(std::ostream& os, const dcp_planner& p) {
     os << "dcp_planner{inter=" << p.inter << ", intra=" << p.intra << ", improve_moves=" << p.improve_moves
        << ", loss=" << p.loss << ", on_infeasible=" << p.on_infeasible << ", speeds=" << p.speeds.size()
-       << " factors, pipeline=" << p.pipeline << ", baselines={";
+       << " factors, pipeline=" << p.pipeline << ", restrictions=" << p.restrictions << ", baselines={";
     for (std::size_t i = 0; i < p.baselines.size(); ++i)
       std::visit([&](const auto& b) { os << (i == 0 ? "" : ", ") << b; }, p.baselines[i]);
     return os << "}}";
@@ -328,15 +334,34 @@ struct dcp_planner {
     }
   }
 
-  // Step 11: under coupled collectives, the batch planned in synchronised rounds.
-  template <any_planning_context Ctx>
-  void keep_sooner_rounds(dcp::plan& best, const Ctx& ctx, std::span<const sequence> batch) const {
-    if (!inter || !is_coupled(ctx.cost.layout()) || detail::at_bound(best)) return;
-    dcp_planner rounds = *this;
-    rounds.inter = false;
-    rounds.baselines.clear();
-    rounds.on_infeasible = infeasible_policy::skip;
-    detail::keep_if_sooner(best, rounds.plan(ctx, batch));
+  // Step 11: this planner allowed less: without DCP-intra (every block checkpointed, so steps
+  // pack more tokens, which pays under a per-step floor), without DCP-inter (synchronised rounds,
+  // lockstep already under coupled collectives), and without both; each skips what it cannot hold
+  // and leaves the baselines, candidates already, to this planner.
+  std::vector<dcp_planner> allowed_less() const {
+    std::vector<dcp_planner> out;
+    for (const auto& [in, ra] : {std::pair{inter, false}, std::pair{false, intra}, std::pair{false, false}}) {
+      const bool seen = (in == inter && ra == intra) ||
+                        std::any_of(out.begin(), out.end(), [&](const dcp_planner& p) { return p.inter == in && p.intra == ra; });
+      if (seen) continue;
+      dcp_planner less = *this;
+      less.inter = in, less.intra = ra;
+      less.baselines.clear();
+      less.on_infeasible = infeasible_policy::skip;
+      out.push_back(std::move(less));
+    }
+    return out;
+  }
+
+  // Steps 1-8 and the power-of-two blocks, on a prepared batch; `least` (a variant without
+  // DCP-intra of a planner with it): each step then checkpoints the fewest blocks that fit, as
+  // DCP-intra chooses them (`with_fewest_checkpoints`): the variant's packing with the owner's
+  // recompute.
+  template <any_planning_context Ctx, class P>
+  dcp::plan plan_prepared(const Ctx& ctx, std::span<const sequence> batch, const P& prepared, bool least) const {
+    dcp::plan best = detail::plan_prepared(prepared);
+    keep_sooner_aligned(best, ctx, batch, prepared);
+    return least ? with_fewest_checkpoints(std::move(best), ctx.cost, ctx.recompute) : best;
   }
 
   // Step 11, shelves, on the final plan (`shelved`, `plan/shelves.hpp`, which keeps the plan's
@@ -347,10 +372,10 @@ struct dcp_planner {
     detail::keep_if_sooner(best, shelved(best, ctx.cost, ctx.groups, speeds, loss));
   }
 
-  // Step 10: the batch planned on the cluster seen as its weakest node, timed on the cluster. Its
-  // steps fit the weakest node's capacity, so every block's.
+  // Step 10: the batch planned on the cluster seen as its weakest node (what `dcp-uniform` plans),
+  // timed on the cluster. Its steps fit the weakest node's capacity, so every block's.
   template <any_planning_context Ctx>
-  void keep_sooner_uniform(dcp::plan& best, const Ctx& ctx, std::span<const sequence> batch) const {
+  void keep_sooner_uniform(dcp::plan& best, const Ctx& ctx, std::span<const sequence> batch, bool least) const {
     using C = typename Ctx::cost_type;
     if constexpr (mixed_cluster_cost_model<C>) {
       const auto& nodes = ctx.cost.layout().nodes;
@@ -359,14 +384,14 @@ struct dcp_planner {
       });
       if (!mixed || detail::at_bound(best)) return;
       const C weakest = ctx.cost.as_uniform(ctx.cost.layout().as_weakest().nodes.front());
-      // What `dcp-uniform` plans: this planner without its baselines (they were candidates on the
-      // cluster already), skipping what the weakest node cannot hold. The blind cost is uniform,
-      // so this step does not recur.
+      // This planner without its baselines (they were candidates on the cluster already),
+      // skipping what the weakest node cannot hold; `plan` tries each variant of it so.
       dcp_planner blind = *this;
       blind.baselines.clear();
       blind.on_infeasible = infeasible_policy::skip;
-      detail::keep_if_sooner(
-          best, retimed(blind.plan(planning_context{weakest, ctx.recompute, ctx.groups}, batch), ctx.cost, speeds));
+      const planning_context on_weakest{weakest, ctx.recompute, ctx.groups};
+      const detail::dcp_prepared prepared(on_weakest, blind.job_for(on_weakest), batch, blind.on_infeasible);
+      detail::keep_if_sooner(best, retimed(blind.plan_prepared(on_weakest, batch, prepared, least), ctx.cost, speeds));
     }
   }
 };
@@ -378,11 +403,19 @@ dcp::plan dcp_planner::plan(const Ctx& ctx, std::span<const sequence> batch) con
   ctx.validate();
   pipeline.validate();
   const detail::dcp_prepared prepared(ctx, job_for(ctx), batch, on_infeasible);
-  dcp::plan best = detail::plan_prepared(prepared);
-  keep_sooner_aligned(best, ctx, batch, prepared);
+  dcp::plan best = plan_prepared(ctx, batch, prepared, false);
   keep_sooner_baseline(best, ctx, batch, prepared.bounds);
-  keep_sooner_uniform(best, ctx, batch);
-  keep_sooner_rounds(best, ctx, batch);
+  keep_sooner_uniform(best, ctx, batch, false);
+  // Each variant allowed less, where its joint bound leaves it room to end sooner (a plan never
+  // ends below its bound): at most three more preparations, and the plans of those not ruled out.
+  for (const dcp_planner& less : restrictions ? allowed_less() : std::vector<dcp_planner>{}) {
+    if (detail::at_bound(best)) break;
+    const detail::dcp_prepared restricted(ctx, less.job_for(ctx), batch, less.on_infeasible);
+    if (restricted.bounds.joint_s * (1 - 1e-9) >= best.makespan_s) continue;
+    const bool least = intra && !less.intra;
+    detail::keep_if_sooner(best, less.plan_prepared(ctx, batch, restricted, least));
+    less.keep_sooner_uniform(best, ctx, batch, least);
+  }
   keep_sooner_shelves(best, ctx);
   return best;
 }

@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// Start times derived from a plan's order, as a training loop runs it (`derive_starts`), and a
+/// Start times derived from a plan's order, as a training loop runs it (`derive_starts`), a
 /// plan made on one clock timed on another (`retimed`: the dcp planner's plan of a mixed cluster
-/// seen as its weakest node, timed on the cluster).
+/// seen as its weakest node, timed on the cluster), and a plan's steps re-priced at the fewest
+/// checkpointed blocks that fit (`with_fewest_checkpoints`: DCP-intra on a plan made without it).
 ///
 /// The order's rules: under pp = 1 each GPU runs its steps in plan order, rounds are barriers (a
 /// step of round r starts only after every step of every earlier round has ended), and a gang
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/speeds.hpp>
+#include <dcp/recompute/recompute_concepts.hpp>
 
 namespace dcp {
 
@@ -84,6 +87,38 @@ plan retimed(plan p, const C& cost, std::span<const double> stragglers) {
     s.time_s = time_with_ring(cost, load, s.sp(), s.checkpointed_blocks, s.ring) / block_speed(p.speeds, s.ranks);
   }
   derive_starts(p, cost, cost.layout().pp);
+  return p;
+}
+
+/// `p` with every step checkpointing the blocks `recompute` chooses for it on its own block (on a
+/// mixed cluster, at the block's capacity) where that is fewer, at its fastest legal ring, and
+/// its starts derived again: the same steps on the same blocks in the same order, none longer
+/// (time does not fall with k). Under pp > 1 a step's memory is shared with the micro-batches in
+/// flight, which its own recompute choice does not see, so `p` is returned as it is.
+template <cost_model C, recompute_policy R>
+plan with_fewest_checkpoints(plan p, const C& cost, const R& recompute) {
+  if (cost.layout().pp > 1) return p;
+  for (auto& s : p.steps) {
+    if (s.sequences.empty() || s.checkpointed_blocks == 0) continue;
+    typename C::load_type load{};
+    for (const auto& q : s.sequences) load = load + cost.load_of(sequence{q.id, q.frames, q.spatial});
+    std::optional<int> k;
+    if constexpr (mixed_cluster_cost_model<C>)
+      k = recompute.choose(cost.as_uniform({"block", 1, cost.capacity_of(s.ranks)}), load, s.sp());
+    else
+      k = recompute.choose(cost, load, s.sp());
+    if (!k || *k >= s.checkpointed_blocks) continue;
+    const ring_choice r = fastest_ring(cost, load, s.sp(), *k);
+    s.checkpointed_blocks = *k, s.ring = r.ring;
+    s.time_s = r.time_s / block_speed(p.speeds, s.ranks);
+    s.memory_bytes = cost.memory(load, s.sp(), *k);
+  }
+  derive_starts(p, cost, 1);
+  if (!is_coupled(cost.layout()))  // in start order again, as plans are (a coupled plan's is its rounds')
+    std::stable_sort(p.steps.begin(), p.steps.end(), [](const plan_step& a, const plan_step& b) {
+      if (a.round != b.round) return a.round < b.round;
+      return a.start_s != b.start_s ? a.start_s < b.start_s : a.ranks.first < b.ranks.first;
+    });
   return p;
 }
 
