@@ -39,7 +39,7 @@
 #include <dcp/comm/shard.hpp>
 #include <dcp/comm/ulysses.hpp>
 #include <dcp/error.hpp>
-#include <dcp/profile/memory_counter.hpp>
+#include <dcp/memory_counter.hpp>
 
 namespace cpu_train {
 

@@ -31,7 +31,7 @@
 #include <dcp/cost/device.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/plan.hpp>
-#include <dcp/profile/memory_counter.hpp>
+#include <dcp/memory_counter.hpp>
 #include <dcp/sequence.hpp>
 
 #include "synthetic_data.hpp"

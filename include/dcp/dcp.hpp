@@ -35,10 +35,11 @@
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/check_groups.hpp>
 #include <dcp/group/contiguous_groups.hpp>
-#include <dcp/group/group_cache.hpp>
 #include <dcp/group/group_concepts.hpp>
+#include <dcp/group_cache.hpp>
 #include <dcp/json_reader.hpp>
 #include <dcp/layout.hpp>
+#include <dcp/memory_counter.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/spec_json.hpp>
@@ -66,7 +67,6 @@
 #include <dcp/plan/shelves.hpp>
 #include <dcp/plan/speeds.hpp>
 #include <dcp/policies.hpp>
-#include <dcp/profile/memory_counter.hpp>
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/profile/profile_table.hpp>
 #include <dcp/profile/profiler.hpp>

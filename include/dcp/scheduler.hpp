@@ -48,7 +48,7 @@
 #include <dcp/error.hpp>
 #include <dcp/group/buddy_groups.hpp>
 #include <dcp/group/contiguous_groups.hpp>
-#include <dcp/group/group_cache.hpp>
+#include <dcp/group_cache.hpp>
 #include <dcp/layout.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>

@@ -8,7 +8,7 @@
 
 #include <dcp/comm/local.hpp>
 #include <dcp/group/buddy_groups.hpp>
-#include <dcp/group/group_cache.hpp>
+#include <dcp/group_cache.hpp>
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <dcp/comm/mpi.hpp>
 #include <dcp/comm/ulysses.hpp>
 #include <dcp/group/contiguous_groups.hpp>
-#include <dcp/group/group_cache.hpp>
+#include <dcp/group_cache.hpp>
 #include <dcp/layout.hpp>
 
 #include "../comm/communicator_conformance.hpp"

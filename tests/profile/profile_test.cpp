@@ -17,7 +17,7 @@
 
 #include <dcp/dcp.hpp>
 #include <dcp/cost/profiled_cost.hpp>
-#include <dcp/profile/memory_counter.hpp>
+#include <dcp/memory_counter.hpp>
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/profile/profiler.hpp>
 

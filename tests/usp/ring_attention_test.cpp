@@ -14,7 +14,7 @@
 #include <dcp/comm/shard.hpp>
 #include <dcp/comm/ulysses.hpp>
 #include <dcp/group/buddy_groups.hpp>
-#include <dcp/group/group_cache.hpp>
+#include <dcp/group_cache.hpp>
 #include <dcp/random.hpp>
 
 namespace {

@@ -16,8 +16,8 @@
 #include <dcp/comm/local.hpp>
 #include <dcp/comm/ring.hpp>
 #include <dcp/group/buddy_groups.hpp>
-#include <dcp/group/group_cache.hpp>
-#include <dcp/profile/memory_counter.hpp>
+#include <dcp/group_cache.hpp>
+#include <dcp/memory_counter.hpp>
 
 #include "../../examples/cpu_train/trainer.hpp"
 

@@ -31,7 +31,7 @@
 #include <dcp/comm/comm_concepts.hpp>
 #include <dcp/comm/shard.hpp>
 #include <dcp/error.hpp>
-#include <dcp/profile/memory_counter.hpp>
+#include <dcp/memory_counter.hpp>
 
 namespace dcp {
 

@@ -37,7 +37,7 @@
 #include <dcp/cost/fit.hpp>
 #include <dcp/cost/fitted_cost.hpp>
 #include <dcp/error.hpp>
-#include <dcp/group/group_concepts.hpp>
+#include <dcp/layout.hpp>
 
 namespace dcp {
 

@@ -27,7 +27,7 @@
 /// `rank_block` (a block of ranks) is defined with the layout it indexes (`<dcp/layout.hpp>`).
 /// Shipped: `buddy_groups` (every aligned power-of-two block, lowest rank first) and
 /// `contiguous_groups` (blocks of every size inside a node or of whole nodes). The
-/// communicator of each block is created lazily and cached by `<dcp/group/group_cache.hpp>`.
+/// communicator of each block is created lazily and cached by `<dcp/group_cache.hpp>`.
 
 #include <concepts>
 

@@ -57,7 +57,7 @@
 #include <dcp/bucketing/bucketing_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/model/transformer.hpp>
-#include <dcp/profile/memory_counter.hpp>
+#include <dcp/memory_counter.hpp>
 #include <dcp/profile/profile_table.hpp>
 #include <dcp/sequence.hpp>
 
