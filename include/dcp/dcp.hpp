@@ -47,7 +47,9 @@
 #include <dcp/plan/bucket_planner.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/coupling.hpp>
+#include <dcp/plan/dcp_build.hpp>
 #include <dcp/plan/dcp_planner.hpp>
+#include <dcp/plan/dcp_prepare.hpp>
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/feasibility.hpp>
 #include <dcp/plan/fixed_sp.hpp>

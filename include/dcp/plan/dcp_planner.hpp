@@ -41,12 +41,13 @@
 ///    as if every node were the weakest (what `dcp-uniform` plans), timed on the cluster
 ///    (`retimed`), and kept where it ends sooner and holds every sequence the plan holds: a plan
 ///    told the nodes never ends later than the same planner told less.
-/// 11. allowed less: a sparse batch (under 16 sequences per unit), or any batch under collectives
-///    that span groups, is also planned without DCP-intra, without DCP-inter (synchronised
-///    rounds, lockstep already under collectives that span groups) and without both, on the
-///    cluster and (step 10) as its weakest node, each where its joint bound leaves room to end
-///    sooner than the best so far, and kept where it ends sooner and holds every sequence the plan
-///    holds: there a planner allowed more never plans worse than itself allowed less. Under coupled
+/// 11. allowed less: under collectives that span groups the batch is also planned in synchronised
+///    rounds (`inter = false`, lockstep already); with `restrictions`, a sparse batch (under 16
+///    sequences per unit) or any batch under such collectives is planned without DCP-intra,
+///    without DCP-inter and without both, on the cluster and (step 10) as its weakest node. Each
+///    is tried where its joint bound leaves room to end sooner than the best so far, and kept where
+///    it ends sooner and holds every sequence the plan holds: with `restrictions` a planner allowed
+///    more never plans worse than itself allowed less. Under coupled
 ///    collectives (zero3, ep > 1; every plan is made lockstep with padding passes,
 ///    `plan/coupling.hpp`) its own plans (with and without dissolving), and the best at the end,
 ///    are also re-placed as shelves (`shelved`, `plan/shelves.hpp`) and kept where they end sooner.
@@ -243,10 +244,12 @@ struct dcp_planner {
   loss_normalization loss = loss_normalization::token_mean;
   infeasible_policy on_infeasible = infeasible_policy::error;
   pipeline_knobs pipeline;  ///< micro-batch shape under pp > 1; `dcp::tune` chooses a workload's
-  /// Step 11 of the file comment: also plan as this planner allowed less (without DCP-intra,
-  /// DCP-inter, both) and keep a sooner plan; false plans this configuration alone (to study what
-  /// one knob does to its own plans).
-  bool restrictions = true;
+  /// Step 11 of the file comment: on a sparse batch or under collectives that span groups, also
+  /// plan as this planner allowed less (without DCP-intra, DCP-inter, both) and keep a sooner
+  /// plan, so that it never plans a batch slower than itself allowed less. Off by default for now:
+  /// it reshapes small plans (fewer padding passes, equal accumulation) that the trainers' tests of
+  /// those paths are built on; off, only synchronised rounds are tried, under coupled collectives.
+  bool restrictions = false;
   /// Static systems, tuned on the workload, whose plan of each batch is a candidate (step 9 of the
   /// file comment; `with_baselines` in `<dcp/workload/tuning.hpp>` fills it); empty: none.
   std::vector<static_baseline> baselines;
@@ -342,13 +345,17 @@ struct dcp_planner {
     }
   }
 
-  // Step 11: this planner allowed less: without DCP-intra (every block checkpointed, so steps
-  // pack more tokens, which pays under a per-step floor), without DCP-inter (synchronised rounds,
-  // lockstep already under coupled collectives), and without both; each skips what it cannot hold
-  // and leaves the baselines, candidates already, to this planner.
+  // Step 11: this planner allowed less: with `restrictions`, without DCP-intra (every block
+  // checkpointed, so steps pack more tokens, which pays under a per-step floor), without DCP-inter
+  // (synchronised rounds, lockstep already under coupled collectives), and without both; else
+  // without DCP-inter alone. Each skips what it cannot hold and leaves the baselines, candidates
+  // already, to this planner.
   std::vector<dcp_planner> allowed_less() const {
     std::vector<dcp_planner> out;
-    for (const auto& [in, ra] : {std::pair{inter, false}, std::pair{false, intra}, std::pair{false, false}}) {
+    std::vector<std::pair<bool, bool>> kinds{{false, intra}};  // (inter, intra)
+    if (restrictions) kinds = {{inter, false}, {false, intra}, {false, false}};
+    for (const auto& kind : kinds) {
+      const bool in = kind.first, ra = kind.second;
       const bool seen = (in == inter && ra == intra) ||
                         std::any_of(out.begin(), out.end(), [&](const dcp_planner& p) { return p.inter == in && p.intra == ra; });
       if (seen) continue;
@@ -414,11 +421,12 @@ dcp::plan dcp_planner::plan(const Ctx& ctx, std::span<const sequence> batch) con
   dcp::plan best = plan_prepared(ctx, batch, prepared, false);
   keep_sooner_baseline(best, ctx, batch, prepared.bounds);
   keep_sooner_uniform(best, ctx, batch, false);
-  // Each variant allowed less, on a sparse batch or where collectives span groups (a dense batch
-  // leaves another packing little: on the embedded workloads none won, at 1.2x to 3.4x the
-  // planning time), where its joint bound leaves it room to end sooner (a plan never ends below
-  // its bound): at most three more preparations, and the plans of those not ruled out.
-  const bool try_less = restrictions && (detail::is_sparse(prepared) || is_coupled(ctx.cost.layout()));
+  // Each variant allowed less, where collectives span groups and (with `restrictions`) on a sparse
+  // batch (a dense batch leaves another packing little: on the embedded workloads none won, at
+  // 1.2x to 3.4x the planning time), where its joint bound leaves it room to end sooner (a plan
+  // never ends below its bound): at most three more preparations, and the plans of those not
+  // ruled out.
+  const bool try_less = is_coupled(ctx.cost.layout()) || (restrictions && detail::is_sparse(prepared));
   for (const dcp_planner& less : try_less ? allowed_less() : std::vector<dcp_planner>{}) {
     if (detail::at_bound(best)) break;
     const detail::dcp_prepared restricted(ctx, less.job_for(ctx), batch, less.on_infeasible);
