@@ -9,7 +9,7 @@
 /// 1. options: for every sequence and legal sp, the fewest checkpointed blocks that fit (once
 ///    per distinct shape; the lower bounds of the batch are computed once from them);
 /// 2. sp: the most GPU-efficient option, widened while it alone outlasts a cap on any one step
-///    (the batch's fair share; see candidates);
+///    (the batch's fair share; see `best_attempt`);
 /// 3. gang items (wider than the fluid level) of equal sp are merged while they fit without
 ///    recomputation and stay within the cap, then placed widest first, longest first, on the
 ///    group manager's block that is free earliest (or, with a makespan target, the latest-free block
