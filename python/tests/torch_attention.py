@@ -7,7 +7,6 @@ Layouts (sp = u x ring, group rank = rank within the layout's ranks): Ulysses gr
 consecutive ranks, ring c of ranks c, c + u, ... as StepContext defines them (design section
 4.3). Two-rank layouts run on ranks {0, 1} and {2, 3} at once, each pair on its own groups."""
 
-import json
 import math
 import sys
 
@@ -15,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import dcp.torch as dt
+from torch_exactness import report
 
 HEADS, DIM = 4, 8
 SEEDS = (0, 1, 2)
@@ -158,13 +158,7 @@ def main():
         found["memory"][form] = {"1": held_bytes(alone, form, "flex"),
                                  "2": held_bytes(layouts.context("ring2", seq_begin), form, "flex"),
                                  "4": held_bytes(layouts.context("ring4", seq_begin), form, "flex")}
-    every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, found)
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump(every, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
+    report(found, sys.argv[1], every_rank=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ calls made on rank 0 only end in dcp.Error (code timeout) naming the call within
 timeout; wrong types and values are TypeError / ValueError; a rank asked for another rank's step
 is a dcp.Error. Rank 0 writes what it found as JSON to argv[1]."""
 
-import json
 import os
 import sys
 import time
@@ -15,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import dcp  # noqa: E402
 import dcp.torch  # noqa: E402
-from torch_exactness import CONFIG, documents, scaled_device  # noqa: E402
+from torch_exactness import CONFIG, documents, report, scaled_device  # noqa: E402
 
 TIMEOUT = 3.0
 
@@ -88,13 +87,7 @@ def main():
     if foreign:
         found["foreign_micro_batch"] = raised(lambda: dcp.torch.micro_batch(foreign[0], groups, docs))
         found["foreign_group"] = raised(lambda: groups[[other]])
-    every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, found)
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump(every, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
+    report(found, sys.argv[1], every_rank=True)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,20 @@ def sequence_loss(config, model, doc):
     return F.cross_entropy(logits, ids[1:], reduction="sum")
 
 
+def report(found, path, every_rank=False):
+    """Ends a worker: rank 0 writes ``found`` as JSON to ``path`` (with ``every_rank``, every rank's
+    ``found``, gathered in rank order), and the process group is destroyed once all have come."""
+    if every_rank:
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, found)
+        found = every
+    if dist.get_rank() == 0:
+        with open(path, "w") as f:
+            json.dump(found, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def reference(config, docs, batches):
     model = make_gpt(config)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
@@ -151,11 +165,7 @@ def main():
             rel = ((params - ref).abs().max() / ref.abs().max()).item()
             found["runs"][f"{name}/{method}"] = dict(seen, max_relative_difference=rel)
     found["process_groups"] = groups.created
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump(found, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
+    report(found, sys.argv[1])
 
 
 if __name__ == "__main__":

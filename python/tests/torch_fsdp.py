@@ -6,7 +6,6 @@ and reduce-scatters. On every rank the parameters after the run are compared wit
 single-process full-batch reference of torch_exactness.py. Rank 0 writes what it found as JSON
 to argv[1]."""
 
-import json
 import os
 import sys
 
@@ -23,7 +22,7 @@ import dcp  # noqa: E402
 import dcp.torch  # noqa: E402
 from gpt import make_gpt, scaled_device  # noqa: E402
 from torch_exactness import (BATCH_TOKENS, CONFIG, LR, SEED, STEPS, WEIGHT_DECAY, coverage, documents,  # noqa: E402
-                             plan_batch, reference, run_steps)
+                             plan_batch, reference, report, run_steps)
 
 
 def train(method, docs, cost, sched, groups, mesh):
@@ -68,11 +67,7 @@ def main():
         ref = reference(CONFIG, docs, batches)
         rel = ((params - ref).abs().max() / ref.abs().max()).item()
         found["runs"][method] = {"max_relative_difference": rel, "padding_passes": padding, "lockstep": lockstep}
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump(found, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
+    report(found, sys.argv[1])
 
 
 if __name__ == "__main__":

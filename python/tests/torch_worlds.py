@@ -11,7 +11,6 @@ torch_exactness.py. argv[1] picks the worlds:
 
 Rank 0 writes every rank's findings as JSON to argv[2]."""
 
-import json
 import os
 import sys
 
@@ -21,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import dcp  # noqa: E402
 import dcp.torch  # noqa: E402
-from torch_exactness import CONFIG, documents, reference, scaled_device, train  # noqa: E402
+from torch_exactness import CONFIG, documents, reference, report, scaled_device, train  # noqa: E402
 
 BATCH_TOKENS = 320
 SEED = 4
@@ -54,13 +53,7 @@ def main():
     finding = {"global_rank": me, "world_ranks": world.ranks, "rank": world.rank(), "size": world.size(),
                "max_relative_difference": ((params - ref).abs().max() / ref.abs().max()).item(),
                "finite": bool(params.isfinite().all()), "max_sp": seen["max_sp"], "groups_created": groups.created}
-    every = [None] * 4
-    dist.all_gather_object(every, finding)
-    if me == 0:
-        with open(out, "w") as f:
-            json.dump(every, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
+    report(finding, out, every_rank=True)
 
 
 if __name__ == "__main__":
