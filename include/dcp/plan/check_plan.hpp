@@ -36,6 +36,11 @@ struct violations {
   static bool close(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); }
 };
 
+/// Whether a step's ranks are a block inside the job's `units` (`check_step` reports one that is not).
+inline bool inside_job(const plan_step& st, int units) noexcept {
+  return st.ranks.size > 0 && st.ranks.first >= 0 && st.ranks.end() <= units;
+}
+
 /// The plan's job is the cost model's: its units, tp and pp.
 template <cost_model C>
 void check_job(const plan& p, const C& cost, violations& v) {
@@ -120,7 +125,7 @@ bool check_step(const plan& p, std::size_t i, const std::map<std::int64_t, const
            std::to_string(sp) + ", the cost model runs ring " + std::to_string(step_ring_of(cost, sp)) + " to " +
            std::to_string(widest_ring_of(cost, sp)) + " x ulysses " + std::to_string(sp / step_ring_of(cost, sp)) +
            " (ulysses must divide " + std::to_string(cost.heads()) + " heads)");
-  if (sp <= 0 || st.ranks.first < 0 || st.ranks.end() > n) {
+  if (!inside_job(st, n)) {
     v.fail(where + ": not a block inside [0, " + std::to_string(n) + ")");
     return false;
   }
@@ -178,7 +183,7 @@ std::optional<double> check_pipeline(const plan& p, const C& cost, double steps_
   const int stages = cost.layout().pp;
   if constexpr (pipeline_cost_model<C>) {
     for (const auto& st : p.steps)
-      if (!(st.ranks.first >= 0 && st.ranks.size > 0 && st.ranks.end() <= cost.gpus())) return std::nullopt;  // reported
+      if (!inside_job(st, cost.gpus())) return std::nullopt;  // reported
     pipeline_timeline timeline;
     try {
       timeline = schedule_pipeline(p, pipeline_times(p, cost), stages);
@@ -240,7 +245,7 @@ inline void check_barriers(const plan& p, violations& v) {
 inline void check_overlap(const plan& p, int units, violations& v) {
   std::vector<std::vector<std::pair<double, double>>> busy(static_cast<std::size_t>(std::max(units, 0)));
   for (const auto& st : p.steps)
-    if (st.sp() > 0 && st.ranks.first >= 0 && st.ranks.end() <= units)
+    if (inside_job(st, units))
       for (int r = st.ranks.first; r < st.ranks.end(); ++r) busy[static_cast<std::size_t>(r)].push_back({st.start_s, st.end_s()});
   for (int r = 0; r < units; ++r) {
     auto& b = busy[static_cast<std::size_t>(r)];

@@ -202,13 +202,19 @@ plan best_attempt(const P& p, bool dissolve) {
   return widen_critical(p, std::move(best), std::move(chosen));
 }
 
-/// Under coupled collectives, `p` or its steps re-placed as shelves (`shelved`), whichever ends
-/// sooner; `p` otherwise.
+/// Under coupled collectives, `p` or its steps re-placed as shelves (`shelved`, which keeps the
+/// plan's name, bounds and skipped sequences), whichever ends sooner; `p` otherwise.
+template <cost_model C, group_manager G>
+plan shelves_if_sooner(plan p, const C& cost, const G& groups, std::span<const double> stragglers,
+                       loss_normalization norm) {
+  if (!is_coupled(cost.layout()) || p.steps.empty() || at_bound(p)) return p;
+  plan q = shelved(p, cost, groups, stragglers, norm);
+  return q.makespan_s < p.makespan_s * (1 - 1e-12) ? q : p;
+}
 template <class P>
 plan shelves_if_sooner(const P& prepared, plan p) {
-  if (!is_coupled(prepared.cost().layout()) || p.steps.empty() || at_bound(p)) return p;
-  plan q = shelved(p, prepared.cost(), prepared.groups(), prepared.job.stragglers, prepared.job.norm);
-  return q.makespan_s < p.makespan_s * (1 - 1e-12) ? q : p;
+  return shelves_if_sooner(std::move(p), prepared.cost(), prepared.groups(), prepared.job.stragglers,
+                           prepared.job.norm);
 }
 
 /// The prepared batch's plan (steps 2-7): under a per-step floor with DCP-inter, packing
@@ -379,14 +385,6 @@ struct dcp_planner {
     return least ? with_fewest_checkpoints(std::move(best), ctx.cost, ctx.recompute) : best;
   }
 
-  // Step 11, shelves, on the final plan (`shelved`, `plan/shelves.hpp`, which keeps the plan's
-  // name, bounds and skipped sequences).
-  template <any_planning_context Ctx>
-  void keep_sooner_shelves(dcp::plan& best, const Ctx& ctx) const {
-    if (!is_coupled(ctx.cost.layout()) || detail::at_bound(best)) return;
-    detail::keep_if_sooner(best, shelved(best, ctx.cost, ctx.groups, speeds, loss));
-  }
-
   // Step 10: the batch planned on the cluster seen as its weakest node (what `dcp-uniform` plans),
   // timed on the cluster. Its steps fit the weakest node's capacity, so every block's.
   template <any_planning_context Ctx>
@@ -435,8 +433,7 @@ dcp::plan dcp_planner::plan(const Ctx& ctx, std::span<const sequence> batch) con
     detail::keep_if_sooner(best, less.plan_prepared(ctx, batch, restricted, least));
     less.keep_sooner_uniform(best, ctx, batch, least);
   }
-  keep_sooner_shelves(best, ctx);
-  return best;
+  return detail::shelves_if_sooner(std::move(best), ctx.cost, ctx.groups, speeds, loss);  // step 11, shelves
 }
 
 }  // namespace dcp

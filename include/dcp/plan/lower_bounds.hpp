@@ -178,9 +178,9 @@ auto floors_of(const C& cost) {
 /// company where the cost model says a step holding it cannot end sooner, `shared_time_floor`)
 /// and its work floors, each the least over the legal rings. Twins (`twin_at(i) < i`) share their
 /// owner's terms. A size the manager offers no block of is no option.
-template <cost_model C, group_manager G, class LoadAt, class OptionsAt, class TwinAt>
-priced_bounds price_bounds(const C& cost, const G& groups, std::size_t count, LoadAt&& load_at,
-                           OptionsAt&& options_at, TwinAt&& twin_at, std::span<const double> speeds) {
+template <cost_model C, group_manager G, class Floors, class LoadAt, class OptionsAt, class TwinAt>
+priced_bounds price_bounds(const C& cost, const G& groups, [[maybe_unused]] const Floors& floors, std::size_t count,
+                           LoadAt&& load_at, OptionsAt&& options_at, TwinAt&& twin_at, std::span<const double> speeds) {
   priced_bounds b;
   const auto sps = legal_sp_sizes(cost);
   b.speed_of_sp.assign(static_cast<std::size_t>(sps.empty() ? 1 : sps.back() + 1), 0.0);
@@ -194,7 +194,6 @@ priced_bounds price_bounds(const C& cost, const G& groups, std::size_t count, Lo
   if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>)
     if (cost.layout().pp > 1 && speeds.empty())
       for (int k = 0; k <= cost.blocks(); ++k) b.stored.push_back(cost.stored_per_token(k));
-  [[maybe_unused]] const auto floors = floors_of(cost);
   // t_i(sp): no step of the batch's sequences that holds i on sp units ends sooner
   // (`shared_time_floor`).
   [[maybe_unused]] const auto whole = [&] {
@@ -521,12 +520,11 @@ class hidden_knapsack {
 /// sequences whose least option's term with nothing hidden (`hidden` 0, the largest it can be)
 /// passes `above` (the bound without memory, raised as terms come in) are priced, and the pieces
 /// are built and sorted only when one is. Returns `around_s` raised by those terms.
-template <cost_model C, class LoadAt, class OptionsAt>
+template <cost_model C, class Floors, class LoadAt, class OptionsAt>
   requires stored_per_token_cost_model<C> && work_floors_cost_model<C>
-double memory_around(const C& cost, const priced_bounds& b, const path_bound& path,
+double memory_around(const C& cost, const Floors& floors, const priced_bounds& b, const path_bound& path,
                      const std::vector<std::size_t>& least_option, double above, double around_s, LoadAt&& load_at,
                      OptionsAt&& options_at) {
-  const auto floors = cost.floors();
   // Sequence i's options' ends (`detail::recompute_ends`), into `ends`: each ring's work floor
   // (A + B k) at kmin and at L gives its backward, (A + B k)(2L + k) / (3L + k), which is affine
   // in u = 3L + k plus -A' L / u (A' = A - 3 B L): convex where A' < 0, and then at most
@@ -615,7 +613,9 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   // priced there (a relaxation, so still a bound), as the options must be.
   if (capacities_differ(cost))
     return lower_bounds_of(at_largest_capacity(cost), groups, count, load_at, options_at, twin_at, speeds);
-  const detail::priced_bounds b = detail::price_bounds(cost, groups, count, load_at, options_at, twin_at, speeds);
+  const auto floors = detail::floors_of(cost);  // the per-model floor terms, once for every bound
+  const detail::priced_bounds b =
+      detail::price_bounds(cost, groups, floors, count, load_at, options_at, twin_at, speeds);
   const int pp = cost.layout().pp;
   batch_bounds out;
   out.busy_s = std::max(b.work, b.shares) / b.capacity;
@@ -634,8 +634,8 @@ batch_bounds lower_bounds_of(const C& cost, const G& groups, std::size_t count, 
   if (pp > 1) out.pipeline_joint_s = detail::joint_bound(b, pp, pipeline_bubble_floor(pp, out.shortest_s));
   if constexpr (stored_per_token_cost_model<C> && work_floors_cost_model<C>)
     if (!b.stored.empty())
-      out.around_s = detail::memory_around(cost, b, path, least_option, pipelined(out, pp).joint_s, out.around_s,
-                                           load_at, options_at);
+      out.around_s = detail::memory_around(cost, floors, b, path, least_option, pipelined(out, pp).joint_s,
+                                           out.around_s, load_at, options_at);
   return out;
 }
 
