@@ -48,6 +48,7 @@ struct arguments {
   int steps = 20;
   std::string dtype = "double";
   std::string planner = "dcp";
+  std::string restrictions = "on";  // dcp also plans a sparse batch as itself allowed less
   std::string optimizer = "adam";
   double lr = 3e-3;
   model_config model{.vocab = 32, .hidden = 16, .heads = 8, .mlp = 32, .blocks = 4, .max_len = 2048};
@@ -78,6 +79,11 @@ arguments parse(int argc, char** argv) {
   app.add_option("--steps", a.steps, "global batches to train")->check(CLI::Range(1, 100'000'000));
   app.add_option("--dtype", a.dtype, "float or double")->check(CLI::IsMember({"float", "double"}));
   app.add_option("--planner", a.planner, "dcp, bucket or packed")->check(CLI::IsMember({"dcp", "bucket", "packed"}));
+  app.add_option("--restrictions", a.restrictions,
+                 "on: dcp also plans a sparse batch as itself allowed less (no DCP-intra, no DCP-inter, neither) "
+                 "and keeps the sooner plan; off: its full plan only, which plans faster and keeps the padding "
+                 "passes and unequal micro-step counts of small batches")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--lr", a.lr, "learning rate")->check(trainer_cli::finite_in(1e-12, 100));
   app.add_option("--hidden", a.model.hidden, "model width")->check(CLI::Range(1, 1 << 16));
@@ -225,7 +231,9 @@ void run_with_planner(Comm& world, const arguments& a) {
   auto go = [&](auto cost) {
     const auto data = a.data.make(a.sequences);
     if (a.planner == "dcp") {
-      train<T>(world, a, cost, dcp::dcp_planner{});
+      dcp::dcp_planner planner;
+      planner.restrictions = a.restrictions == "on";
+      train<T>(world, a, cost, planner);
     } else if (a.planner == "bucket") {
       const std::span<const dcp::sequence> all(data);
       train<T>(world, a, cost, dcp::tune(dcp::bucket_planner{}, cost, all, a.batch_tokens));
@@ -302,7 +310,7 @@ void run_with_planner(Comm& world, const arguments& a) {
 // across ranks.
 std::string described(const arguments& a) {
   std::ostringstream os;
-  os << a.steps << ' ' << a.dtype << ' ' << a.planner << ' ' << a.optimizer << ' ' << a.lr << ' ' << a.model.vocab << ' '
+  os << a.steps << ' ' << a.dtype << ' ' << a.planner << ' ' << a.restrictions << ' ' << a.optimizer << ' ' << a.lr << ' ' << a.model.vocab << ' '
      << a.model.hidden << ' ' << a.model.heads << ' ' << a.model.mlp << ' ' << a.model.blocks << ' ' << a.model.causal
      << ' ' << a.data.min_len << ' ' << a.data.max_len << ' ' << a.data.seed << ' ' << a.sequences << ' ' << a.ring << ' '
      << a.batch_tokens << ' ' << a.fit_tokens << ' ' << a.profile << ' ' << a.profile_budget << ' ' << a.profile_in << ' '

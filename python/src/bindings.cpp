@@ -1027,7 +1027,7 @@ NB_MODULE(_dcp, m) {
           "__init__",
           [](python_scheduler* self, const dcp::analytic_cost& cost, nb::object world, int rank, nb::object calibration,
              bool probe, std::int64_t global_batch_tokens, std::uint64_t seed, nb::object loss,
-             nb::object on_infeasible, nb::handle dataset) {
+             nb::object on_infeasible, nb::handle dataset, bool restrictions) {
             const int size = cost.layout().gpus;
             if (!world.is_none()) {
               const int wr = nb::cast<int>(world.attr("rank")()), ws = nb::cast<int>(world.attr("size")());
@@ -1050,6 +1050,7 @@ NB_MODULE(_dcp, m) {
             // Under pipeline stages the planner's micro-batch shape is tuned on the dataset, as dcp.plan
             // tunes it (the same epoch: global_batch_tokens and seed).
             dcp::policies<dcp::contiguous_groups> policies;
+            policies.planner.restrictions = restrictions;
             if (!dataset.is_none()) {
               const dcp::dataset data = to_sequences(dataset, "dataset");
               if (o.on_infeasible) policies.planner.on_infeasible = *o.on_infeasible;
@@ -1063,14 +1064,17 @@ NB_MODULE(_dcp, m) {
           },
           "cost"_a, "world"_a = nb::none(), "rank"_a = 0, "calibration"_a = false, "probe"_a = true,
           "global_batch_tokens"_a = 0, "seed"_a = 0, "loss"_a = nb::none(), "on_infeasible"_a = nb::none(),
-          "dataset"_a = nb::none(),
+          "dataset"_a = nb::none(), "restrictions"_a = true,
           "cost: the job (its gpus are the world's ranks). world: an object with rank(), size() and "
           "all_reduce(array, op) (dcp.torch.World); without one the scheduler plans for `rank`. calibration: True, "
           "or a dict of calibration options. probe: with calibration on, whether probe() runs a start-up probe of the "
           "first batch. global_batch_tokens: the token budget of a global batch (0: 262144 x GPUs); seed: the "
           "shuffle seed, the same on every rank. loss: 'token_mean' (default) or 'sample_mean', how loss weights "
           "are set. on_infeasible: 'error' (default) or 'skip' a sequence that fits on no group. dataset: the "
-          "training set's lengths, to tune the micro-batch shape under pipeline stages. A collective call the other "
+          "training set's lengths, to tune the micro-batch shape under pipeline stages. restrictions: True (default): a "
+          "sparse batch is also planned as the planner allowed less (no DCP-intra, no DCP-inter, neither) and the "
+          "sooner plan kept; False: the full plan only (plans faster; keeps small batches' padding passes and unequal "
+          "micro-step counts). A collective call the other "
           "ranks do not make raises dcp.Error (code 'timeout') naming the call, after the world's timeout.")
       .def_prop_ro(
           "pipeline_knobs",

@@ -493,7 +493,8 @@ def test_scheduler_hands_each_rank_its_pipeline_stage():
 
 def test_scheduler_arguments_are_documented_in_help_and_stubs():
     """Every argument of dcp.Scheduler is described by help() and by the stubs."""
-    names = ["cost", "world", "calibration", "probe", "global_batch_tokens", "seed", "loss", "on_infeasible", "dataset"]
+    names = ["cost", "world", "calibration", "probe", "global_batch_tokens", "seed", "loss", "on_infeasible", "dataset",
+             "restrictions"]
     doc = dcp.Scheduler.__init__.__doc__
     stubs = (REPO / "python" / "src" / "dcp" / "_dcp.pyi").read_text(encoding="utf-8")
     stub = stubs[stubs.index("class Scheduler:"):]

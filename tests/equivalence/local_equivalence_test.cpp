@@ -300,8 +300,12 @@ TEST(out_of_memory, steps_over_the_limit_rerun_fully_checkpointed_and_stay_exact
       auto o = s.options(n);
       o.calibration.enabled = true;
       o.calibration.probe.enabled = probe;
+      // dcp's full plans (restrictions off): the overfilled steps, and the margins they leave,
+      // that this test was measured on.
+      dcp::policies<dcp::fitted_cost, dcp::dcp_planner> p;
+      p.planner.restrictions = false;
       dcp::scheduler<dcp::transformer_spec, dcp::local_comm, dcp::policies<dcp::fitted_cost, dcp::dcp_planner>> sched(
-          s.spec(), world, prior, o);
+          s.spec(), world, prior, o, p);
       sched.set_dataset(s.dataset());
       tiny_transformer<double> model(s.model);
       optimizer<double> opt(s.opt, model.params().size());

@@ -42,12 +42,12 @@
 ///    (`retimed`), and kept where it ends sooner and holds every sequence the plan holds: a plan
 ///    told the nodes never ends later than the same planner told less.
 /// 11. allowed less: under collectives that span groups the batch is also planned in synchronised
-///    rounds (`inter = false`, lockstep already); with `restrictions`, a sparse batch (under 16
-///    sequences per unit) or any batch under such collectives is planned without DCP-intra,
-///    without DCP-inter and without both, on the cluster and (step 10) as its weakest node. Each
-///    is tried where its joint bound leaves room to end sooner than the best so far, and kept where
-///    it ends sooner and holds every sequence the plan holds: with `restrictions` a planner allowed
-///    more never plans worse than itself allowed less. Under coupled
+///    rounds (`inter = false`, lockstep already); with `restrictions` (the default), a sparse
+///    batch (under 16 sequences per unit) or any batch under such collectives is planned without
+///    DCP-intra, without DCP-inter and without both, on the cluster and (step 10) as its weakest
+///    node. Each is tried where its joint bound leaves room to end sooner than the best so far,
+///    and kept where it ends sooner and holds every sequence the plan holds: with `restrictions` a
+///    planner allowed more never plans worse than itself allowed less. Under coupled
 ///    collectives (zero3, ep > 1; every plan is made lockstep with padding passes,
 ///    `plan/coupling.hpp`) its own plans (with and without dissolving), and the best at the end,
 ///    are also re-placed as shelves (`shelved`, `plan/shelves.hpp`) and kept where they end sooner.
@@ -252,10 +252,10 @@ struct dcp_planner {
   pipeline_knobs pipeline;  ///< micro-batch shape under pp > 1; `dcp::tune` chooses a workload's
   /// Step 11 of the file comment: on a sparse batch or under collectives that span groups, also
   /// plan as this planner allowed less (without DCP-intra, DCP-inter, both) and keep a sooner
-  /// plan, so that it never plans a batch slower than itself allowed less. Off by default for now:
-  /// it reshapes small plans (fewer padding passes, equal accumulation) that the trainers' tests of
-  /// those paths are built on; off, only synchronised rounds are tried, under coupled collectives.
-  bool restrictions = false;
+  /// plan, so that it never plans a batch slower than itself allowed less. Off: only synchronised
+  /// rounds, under coupled collectives; it plans faster, and keeps the padding passes and unequal
+  /// micro-step counts of small batches (what the trainers' tests of those paths run).
+  bool restrictions = true;
   /// Static systems, tuned on the workload, whose plan of each batch is a candidate (step 9 of the
   /// file comment; `with_baselines` in `<dcp/workload/tuning.hpp>` fills it); empty: none.
   std::vector<static_baseline> baselines;

@@ -331,6 +331,9 @@ class Scheduler:
     ``on_infeasible``: "error" (default) or "skip" a sequence that fits on no group (reported in
     ``Plan.skipped``). ``dataset``: the training set's lengths; under pipeline stages (pp > 1)
     the planner's micro-batch shape is tuned on it, as ``dcp.plan`` tunes it (``pipeline_knobs``).
+    ``restrictions``: True (default): a sparse batch is also planned as the planner allowed less
+    (no DCP-intra, no DCP-inter, neither) and the sooner plan is kept; False: the full plan only
+    (plans faster, and keeps small batches' padding passes and unequal micro-step counts).
     A collective call (``verify``, a calibrating ``plan`` or ``probe``) that the other ranks do
     not make raises ``dcp.Error`` with code "timeout" naming the call, after the world's timeout
     (``dcp.torch.World(timeout=...)``)."""
@@ -347,6 +350,7 @@ class Scheduler:
         loss: Optional[str] = None,
         on_infeasible: Optional[str] = None,
         dataset: Optional[Lengths] = None,
+        restrictions: bool = True,
     ) -> None: ...
     @property
     def pipeline_knobs(self) -> Tuple[float, int]:
