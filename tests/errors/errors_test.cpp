@@ -116,11 +116,10 @@ fs::path write_file(const std::string& name, const std::string& text) {
   return p;
 }
 
-// Runs dcp-sim with `args` (already shell-quoted where needed); the outcome is its exit status and
-// its output.
-outcome cli(const std::string& args) {
-#ifdef DCP_SIM_EXE
-  const std::string cmd = std::string("'") + DCP_SIM_EXE + "' " + args + " 2>&1";
+// Runs `exe` with `args` (already shell-quoted where needed); the outcome is its exit status and
+// its output (stdout and stderr).
+outcome run_process(const std::string& exe, const std::string& args) {
+  const std::string cmd = "'" + exe + "' " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return {"popen failed", {cmd}};
   std::string out;
@@ -129,8 +128,32 @@ outcome cli(const std::string& args) {
   const int st = ::pclose(p);
   const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return {"exit " + std::to_string(code), {out}};
+}
+
+// dcp-sim with `args`.
+outcome cli(const std::string& args) {
+#ifdef DCP_SIM_EXE
+  return run_process(DCP_SIM_EXE, args);
 #else
   return {"skip", {"dcp-sim is not built (DCP_BUILD_EXAMPLES=OFF): " + args}};
+#endif
+}
+
+// dcp-train-cpu with `args`, on one rank (`--local 1`) unless they name the ranks.
+outcome train_cli(const std::string& args) {
+#ifdef DCP_TRAIN_CPU_EXE
+  return run_process(DCP_TRAIN_CPU_EXE, (args.find("--local") == std::string::npos ? "--local 1 " : "") + args);
+#else
+  return {"skip", {"dcp-train-cpu is not built (DCP_BUILD_EXAMPLES=OFF): " + args}};
+#endif
+}
+
+// dcp-train-libtorch with `args`, as one MPI process (a singleton: no mpirun).
+outcome libtorch_cli(const std::string& args) {
+#ifdef DCP_TRAIN_LIBTORCH_EXE
+  return run_process(DCP_TRAIN_LIBTORCH_EXE, args);
+#else
+  return {"skip", {"dcp-train-libtorch is not built (it needs LibTorch and MPI): " + args}};
 #endif
 }
 
@@ -860,6 +883,57 @@ const std::vector<entry>& catalogue() {
       {"cli-cluster-gpus-disagree", "exit 1",
        "dcp-sim: error: --gpus 16 but --cluster 'h100x2,h200x2' has 4 nodes of 8 GPUs (32)",
        [] { return cli("--cluster h100x2,h200x2 --gpus 16"); }},
+      {"cli-cluster-too-many-nodes", "exit 1",
+       "dcp-sim: error: --cluster 'h200x999999' has 999999 nodes of 8 GPUs, over the 131072 GPUs dcp-sim plans",
+       [] { return cli("--cluster h200x999999"); }},
+      {"cli-gpus-over-limit", "exit 1", "dcp-sim: error: --gpus 2147483000 is over the 131072 GPUs dcp-sim plans",
+       [] { return cli("--gpus 2147483000"); }},
+      {"cli-gpus-per-node-out-of-range", "exit 1", "dcp-sim: error: --gpus-per-node 1073741824 must be in [1, 1024]",
+       [] { return cli("--cluster h200x2 --gpus-per-node 1073741824"); }},
+      {"cli-cluster-file-missing", "exit 1", "dcp-sim: error: cannot open cluster file 'typo.json'",
+       [] { return cli("--cluster typo.json"); }},
+      {"cli-pp-not-whole-stages", "exit 1",
+       "dcp-sim: error: pp = 3 must be >= 1 and divide gpus = 32 into stages of a multiple of tp = 1 GPUs",
+       [] { return cli("--model stdit3-xl --pp 3"); }},
+      {"cli-ep-not-dividing-stage", "exit 1",
+       "ep = 8 must be >= 1 and divide the data-parallel domain of a stage, gpus / (tp x pp) = 64 / (4 x 4) = 4 units",
+       [] { return cli("--model llama3-70b --gpus 64 --tp 4 --pp 4 --ep 8"); }},
+      {"cli-plan-in-directory", "exit 1", "cannot read plan JSON '/': it is a directory; give a dcp.plan file",
+       [] { return cli("--plan-in /"); }},
+      // The trainers' command lines (CLI11: whole-string numbers in a range; exit 2 on a bad value).
+      {"train-not-a-number", "exit 2", "--steps: Value abc not in range 1 to 100000000",
+       [] { return train_cli("--steps abc"); }},
+      {"train-number-overflow", "exit 2", "--steps: Value 99999999999999999999 not in range 1 to 100000000",
+       [] { return train_cli("--steps 99999999999999999999"); }},
+      {"train-partial-number", "exit 2", "--local: Value 4e2 not in range 0 to 1024",
+       [] { return train_cli("--local 4e2"); }},
+      {"train-lr-not-finite", "exit 2", "--lr: value nan is not a finite number in [1e-12, 100]",
+       [] { return train_cli("--lr nan"); }},
+      {"train-fit-tokens-zero", "exit 2", "--fit-tokens: value 0 is not a finite number in [1, 1e+09]",
+       [] { return train_cli("--fit-tokens 0"); }},
+      {"train-unknown-dtype", "exit 2", "--dtype: half not in {float,double}", [] { return train_cli("--dtype half"); }},
+      {"train-unknown-planner", "exit 2", "--planner: foo not in {dcp,bucket,packed}",
+       [] { return train_cli("--planner foo"); }},
+      {"train-unknown-option", "exit 2", "The following arguments were not expected: 0 --threads",
+       [] { return train_cli("--threads 0"); }},
+      {"train-profile-missing", "exit 1", "dcp-train-cpu: cannot open profile /nonexistent/p.json",
+       [] { return train_cli("--profile-in /nonexistent/p.json"); }},
+      {"train-profile-directory", "exit 1",
+       "dcp-train-cpu: cannot open profile / (a readable profile JSON file, from --profile-out)",
+       [] { return train_cli("--profile-in /"); }},
+      {"train-profile-out-lost", "exit 1", "dcp-train-cpu: cannot write profile /dev/full",
+       [] {
+         return train_cli("--profile --profile-budget 1 --blocks 1 --max-len 64 --steps 1 --quiet-plan "
+                          "--profile-out /dev/full");
+       }},
+      {"libtorch-not-a-number", "exit 2", "--steps: Value abc not in range 1 to 100000000",
+       [] { return libtorch_cli("--steps abc"); }},
+      {"libtorch-corpus-unwritable", "exit 1", "dcp-train-libtorch: corpus: cannot write /nonexistent/d/c.txt",
+       [] { return libtorch_cli("--corpus /nonexistent/d/c.txt"); }},
+      {"libtorch-losses-lost", "exit 1", "dcp-train-libtorch: --losses /dev/full: writing the file failed",
+       [] {
+         return libtorch_cli("--steps 1 --corpus '" + (scratch() / "corpus.txt").string() + "' --losses /dev/full");
+       }},
   };
   return table;
 }
