@@ -42,6 +42,7 @@
 #include <dcp/memory_counter.hpp>
 #include <dcp/model/config.hpp>
 #include <dcp/model/model_concepts.hpp>
+#include <dcp/model/optional_fields.hpp>
 #include <dcp/model/spec_json.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/bucket_planner.hpp>

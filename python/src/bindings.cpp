@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include <dcp/error.hpp>
 #include <dcp/group/contiguous_groups.hpp>
 #include <dcp/model/config.hpp>
+#include <dcp/model/optional_fields.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/check_plan.hpp>
 #include <dcp/plan/pipeline_schedule.hpp>
@@ -540,6 +542,51 @@ dcp::calibration_options calibration_of(nb::handle given, bool probe) {
   return o;
 }
 
+// An optional field of the model as Python sees it: a number, a bool, or the loss's name.
+template <class T>
+T python_value(T v) {
+  return v;
+}
+std::string python_value(dcp::loss_kind v) { return std::string(dcp::to_string(v)); }
+
+// Sets optional field `key` of `t` from a keyword argument of Model; an unknown key names the fields.
+void set_optional_field(dcp::transformer_spec& t, const std::string& key, nb::handle value) {
+  const std::string text = nb::cast<std::string>(nb::repr(value));
+  const auto assign = [&]<class T>(T& field) {
+    if constexpr (std::is_same_v<T, dcp::loss_kind>) {
+      const bool known = nb::isinstance<nb::str>(value) &&
+                         (nb::cast<std::string>(value) == "full" || nb::cast<std::string>(value) == "chunked");
+      dcp::check(known, dcp::errc::invalid_argument,
+                 [&] { return "Model: loss = " + text + " must be full or chunked"; });
+      field = nb::cast<std::string>(value) == "chunked" ? dcp::loss_kind::chunked : dcp::loss_kind::full;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      dcp::check(nb::isinstance<nb::bool_>(value), dcp::errc::invalid_argument,
+                 [&] { return "Model: " + key + " = " + text + " must be True or False"; });
+      field = nb::cast<bool>(value);
+    } else {
+      dcp::check(nb::isinstance<nb::int_>(value) && !nb::isinstance<nb::bool_>(value), dcp::errc::invalid_argument,
+                 [&] { return "Model: " + key + " = " + text + " must be an integer"; });
+      std::int64_t v = 0;
+      const bool in_range = nb::try_cast<std::int64_t>(value, v) && v >= std::numeric_limits<T>::min() &&
+                            v <= std::numeric_limits<T>::max();
+      dcp::check(in_range, dcp::errc::invalid_argument, [&] {
+        return "Model: " + key + " = " + text + " is out of range [" + std::to_string(std::numeric_limits<T>::min()) +
+               ", " + std::to_string(std::numeric_limits<T>::max()) + "]";
+      });
+      field = static_cast<T>(v);
+    }
+  };
+#define DCP_PY_SET_OPTIONAL(f) \
+  if (key == #f) return assign(t.f);
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_PY_SET_OPTIONAL)
+#undef DCP_PY_SET_OPTIONAL
+  std::string known;
+#define DCP_PY_NAME_OPTIONAL(f) known += std::string(known.empty() ? "" : ", ") + #f;
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_PY_NAME_OPTIONAL)
+#undef DCP_PY_NAME_OPTIONAL
+  throw dcp::error(dcp::errc::invalid_argument, "Model: unknown field '" + key + "'; the optional fields are " + known);
+}
+
 dcp::loss_normalization loss_of(const std::string& name) {
   dcp::check(name == "token_mean" || name == "sample_mean", dcp::errc::invalid_argument,
              [&] { return "loss = '" + name + "' must be token_mean or sample_mean"; });
@@ -645,17 +692,19 @@ NB_MODULE(_dcp, m) {
       error_type);
 
   // --- models and devices ------------------------------------------------------------------------
-  nb::class_<dcp::transformer_spec>(m, "Model", "A transformer model (dcp::transformer_spec).")
+  nb::class_<dcp::transformer_spec> model(m, "Model",
+                                          "A transformer model (dcp::transformer_spec). The fields after text_tokens "
+                                          "are its optional fields (optional_fields), keyword-only.");
+  model
       .def(
           "__init__",
           [](dcp::transformer_spec* self, std::string name, int blocks, std::int64_t hidden, int heads,
              std::int64_t mlp_width, int mlp_matrices, const std::string& attention, std::int64_t text_tokens,
-             int kv_heads, std::int64_t head_dim, std::int64_t vocab) {
+             const nb::kwargs& optional) {
             dcp::transformer_spec t;
             t.name = std::move(name);
             t.blocks = blocks, t.hidden = hidden, t.heads = heads, t.mlp_width = mlp_width;
-            t.mlp_matrices = mlp_matrices, t.text_tokens = text_tokens, t.kv_heads = kv_heads;
-            t.head_dim = head_dim, t.vocab = vocab;
+            t.mlp_matrices = mlp_matrices, t.text_tokens = text_tokens;
             if (attention == "full")
               t.attention = dcp::attention_kind::full;
             else if (attention == "causal")
@@ -665,11 +714,12 @@ NB_MODULE(_dcp, m) {
             else
               throw dcp::error(dcp::errc::invalid_argument,
                                "attention = '" + attention + "' must be full, causal or factorized_2d");
+            for (const auto& [key, value] : optional) set_optional_field(t, nb::cast<std::string>(key), value);
             dcp::validate(t);
             new (self) dcp::transformer_spec(std::move(t));
           },
           "name"_a, "blocks"_a, "hidden"_a, "heads"_a, "mlp_width"_a, "mlp_matrices"_a = 2, "attention"_a = "full",
-          "text_tokens"_a = 0, "kv_heads"_a = 0, "head_dim"_a = 0, "vocab"_a = 0)
+          "text_tokens"_a = 0, "optional"_a)
       .def_ro("name", &dcp::transformer_spec::name)
       .def_ro("blocks", &dcp::transformer_spec::blocks)
       .def_ro("hidden", &dcp::transformer_spec::hidden)
@@ -678,14 +728,17 @@ NB_MODULE(_dcp, m) {
       .def_ro("mlp_matrices", &dcp::transformer_spec::mlp_matrices)
       .def_prop_ro("attention", [](const dcp::transformer_spec& t) { return std::string(dcp::to_string(t.attention)); })
       .def_ro("text_tokens", &dcp::transformer_spec::text_tokens)
-      .def_ro("kv_heads", &dcp::transformer_spec::kv_heads)
-      .def_ro("head_dim", &dcp::transformer_spec::head_dim)
-      .def_ro("cross_attention_tokens", &dcp::transformer_spec::cross_attention_tokens)
-      .def_ro("experts", &dcp::transformer_spec::experts)
-      .def_ro("experts_per_token", &dcp::transformer_spec::experts_per_token)
-      .def_ro("expert_width", &dcp::transformer_spec::expert_width)
-      .def_ro("vocab", &dcp::transformer_spec::vocab)
-      .def_ro("window", &dcp::transformer_spec::window)
+      .def_ro("pipeline_stages", &dcp::transformer_spec::pipeline_stages,
+              "P: this model is the heaviest stage of a model split over P pipeline stages (1: the whole model).");
+  // Every optional field, from the one table: an attribute, and `optional_fields` lists them.
+  nb::list optional_names;
+#define DCP_PY_OPTIONAL_ATTRIBUTE(f)                                                                       \
+  model.def_prop_ro(#f, [](const dcp::transformer_spec& t) { return python_value(t.f); });                \
+  optional_names.append(#f);
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_PY_OPTIONAL_ATTRIBUTE)
+#undef DCP_PY_OPTIONAL_ATTRIBUTE
+  model.attr("optional_fields") = nb::tuple(optional_names);
+  model
       .def("parameters", &dcp::transformer_spec::parameters, "Parameters of the blocks.")
       .def("total_parameters", &dcp::transformer_spec::total_parameters, "Blocks plus embedding and head.")
       .def("active_parameters", &dcp::transformer_spec::active_parameters)

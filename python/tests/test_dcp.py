@@ -541,3 +541,35 @@ def test_log_plan_says_what_each_batch_does(caplog):
     assert "batch 3: dcp planned 40 sequences" in caplog.text and "(2.00x predicted)" in caplog.text
     with pytest.raises(TypeError, match="dcp.Plan"):
         dcp.summary("a plan")
+
+
+def test_model_optional_fields_come_from_one_table():
+    """Every optional field of the model (the C++ table) is a keyword argument of dcp.Model, an
+    attribute, and listed in the stubs; a typo or a value out of range is a dcp.Error."""
+    names = dcp.Model.optional_fields
+    assert {"kv_heads", "vocab", "loss", "tied_embeddings", "window", "rope_dim"} <= set(names)
+    stubs = (REPO / "python" / "src" / "dcp" / "_dcp.pyi").read_text(encoding="utf-8")
+    stub = stubs[stubs.index("class Model:"):stubs.index("def model_preset")]
+    init = stub[stub.index("def __init__"):stub.index(") -> None")]
+    for name in names:
+        assert f"        {name}: " in init, name
+        assert f"def {name}(self)" in stub, name
+    plain = dcp.Model("m", blocks=4, hidden=64, heads=4, mlp_width=256, attention="causal")
+    for name in names:
+        value = getattr(plain, name)
+        assert value in (0, False, "full"), (name, value)
+    # Fields that make a coherent model: GQA, a vocabulary with a chunked loss, a window on one block.
+    given = dict(kv_heads=2, head_dim=32, vocab=1000, tied_embeddings=True, loss="chunked", window=64,
+                 windowed_blocks=1)
+    m = dcp.Model("m", blocks=4, hidden=64, heads=4, mlp_width=256, attention="causal", **given)
+    for name, value in given.items():
+        assert getattr(m, name) == value, name
+    assert m.total_parameters() > plain.total_parameters()
+    with pytest.raises(dcp.Error, match="unknown field 'kv_head'; the optional fields are kv_heads"):
+        dcp.Model("m", blocks=4, hidden=64, heads=4, mlp_width=256, kv_head=2)
+    with pytest.raises(dcp.Error, match="vocab = 99999999999999999999999 is out of range"):
+        dcp.Model("m", blocks=4, hidden=64, heads=4, mlp_width=256, vocab=99999999999999999999999)
+    with pytest.raises(dcp.Error, match="kv_heads = 2.5 must be an integer"):
+        dcp.Model("m", blocks=4, hidden=64, heads=4, mlp_width=256, kv_heads=2.5)
+    with pytest.raises(dcp.Error, match="loss = 'fused' must be full or chunked"):
+        dcp.Model("m", blocks=4, hidden=64, heads=4, mlp_width=256, vocab=10, loss="fused")

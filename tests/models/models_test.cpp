@@ -12,6 +12,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include <dcp/cost/analytic.hpp>
 #include <dcp/error.hpp>
 #include <dcp/model/config.hpp>
+#include <dcp/model/optional_fields.hpp>
 #include <dcp/model/spec_json.hpp>
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/bucket_planner.hpp>
@@ -1102,4 +1104,71 @@ TEST(ModelFormulas, WindowsLatentAttentionAndDenseBlocksCostWhatDesignSays) {
   bad = dcp::models::llama3_70b();
   bad.rope_dim = 64;
   EXPECT_DCP_ERROR(dcp::validate(bad), dcp::errc::invalid_argument, "rope_dim = 64 needs latent attention");
+}
+
+// The optional fields' one table (DCP_MODEL_OPTIONAL_FIELDS): each field set away from its default
+// round-trips through JSON, and a user's model type that has it hands it to the cost model.
+namespace {
+
+template <class T>
+T away_from_default(T) {
+  if constexpr (std::is_same_v<T, dcp::loss_kind>)
+    return dcp::loss_kind::chunked;
+  else if constexpr (std::is_same_v<T, bool>)
+    return true;
+  else
+    return T{3};
+}
+
+// A user's model with the required fields, and (`Optional`) every field of the table.
+template <bool Optional>
+struct user_model;
+template <>
+struct user_model<false> {
+  using policy_concept = dcp::model_spec_tag;
+  int blocks = 4;
+  std::int64_t hidden = 64, mlp_width = 256;
+  int heads = 4, mlp_matrices = 2;
+  dcp::attention_kind attention = dcp::attention_kind::causal;
+  std::int64_t text_tokens = 0;
+  double block_parameters() const { return 4.0 * hidden * hidden + mlp_matrices * hidden * mlp_width; }
+  double parameters() const { return blocks * block_parameters(); }
+};
+template <>
+struct user_model<true> : user_model<false> {
+  std::string name = "mine";
+#define DCP_TEST_MEMBER(f) decltype(dcp::transformer_spec::f) f = away_from_default(decltype(dcp::transformer_spec::f){});
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_TEST_MEMBER)
+#undef DCP_TEST_MEMBER
+};
+
+}  // namespace
+
+TEST(ModelOptionalFields, EveryFieldOfTheTableRoundTripsAndIsReadFromAUsersModel) {
+  const dcp::json_reader r("test: ");
+  const dcp::transformer_spec defaults;
+  int fields = 0;
+#define DCP_TEST_FIELD(f)                                                                                 \
+  {                                                                                                       \
+    dcp::transformer_spec m = dcp::models::llama3_8b();                                                    \
+    m.f = away_from_default(m.f);                                                                         \
+    const auto j = dcp::spec_to_json(m);                                                                  \
+    EXPECT_TRUE(j.contains(#f)) << #f << " is not written away from its default";                         \
+    EXPECT_EQ(dcp::spec_from_json(nlohmann::json::parse(j.dump()), r), m) << #f << ": " << j.dump();      \
+    EXPECT_FALSE(dcp::spec_to_json(dcp::models::llama3_8b()).contains(#f) && dcp::models::llama3_8b().f == defaults.f) \
+        << #f << " is written at its default";                                                           \
+    ++fields;                                                                                             \
+  }
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_TEST_FIELD)
+#undef DCP_TEST_FIELD
+  EXPECT_EQ(fields, 17);
+  static_assert(!dcp::has_optional_kv_heads<user_model<false>> && dcp::has_optional_kv_heads<user_model<true>>);
+  const auto plain = dcp::to_transformer_spec(user_model<false>{});
+  const auto full = dcp::to_transformer_spec(user_model<true>{});
+  EXPECT_EQ(full.name, "mine");
+#define DCP_TEST_READ(f)                                                            \
+  EXPECT_EQ(plain.f, defaults.f) << #f << " of a model without it";                 \
+  EXPECT_EQ(full.f, away_from_default(defaults.f)) << #f << " of a model with it";
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_TEST_READ)
+#undef DCP_TEST_READ
 }

@@ -7,13 +7,17 @@
 ///   - `m.attention` (an `attention_kind`), `m.text_tokens` (tokens prepended to every sequence),
 ///   - `m.block_parameters()` (P_b = 4 h^2 + m h f) and `m.parameters()` (L P_b).
 /// Laws: every size is positive, `heads` divides `hidden`; factorized_2d models have an even L.
+/// May have: `m.name`, and any of the optional fields of `DCP_MODEL_OPTIONAL_FIELDS`
+/// (`optional_fields.hpp`), each asked through `has_model_name` and `has_optional_<field>`.
 /// Shipped: `dcp::transformer_spec`, with the presets of `dcp::models` (`preset(name)`,
 /// `preset_names`) and any Hugging Face config.json (`models::from_config`).
 
 #include <concepts>
 #include <cstdint>
+#include <string>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/model/optional_fields.hpp>
 
 namespace dcp {
 
@@ -55,6 +59,16 @@ concept model_spec_parameters = requires(const M& m) {
 
 template <class M>
 concept model_spec = model_spec_opts_in<M> && model_spec_sizes<M> && model_spec_attention<M> && model_spec_parameters<M>;
+
+/// What a model type may have beyond `model_spec`: a name, and each optional field of the table
+/// (`has_optional_kv_heads<M>`, ...; `to_transformer_spec` copies the ones a type has).
+template <class M>
+concept has_model_name = requires(const M& m) { std::string(m.name); };
+#define DCP_DETAIL_HAS_OPTIONAL(f) \
+  template <class M>               \
+  concept has_optional_##f = requires(const M& m) { m.f; };
+DCP_MODEL_OPTIONAL_FIELDS(DCP_DETAIL_HAS_OPTIONAL)
+#undef DCP_DETAIL_HAS_OPTIONAL
 
 /// The first requirement of `model_spec` that M misses, as one static_assert (`dcp::scheduler`'s
 /// Model); true when M models it.

@@ -14,15 +14,26 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include <dcp/json_reader.hpp>
+#include <dcp/model/optional_fields.hpp>
 #include <dcp/model/transformer.hpp>
 
 namespace dcp {
 
-/// `m` as JSON (keys in the order above).
+namespace detail {
+// An optional field's JSON value: the number or boolean itself, or the loss's name.
+template <class T>
+T json_value(T v) {
+  return v;
+}
+inline std::string json_value(loss_kind v) { return std::string(to_string(v)); }
+}  // namespace detail
+
+/// `m` as JSON (keys in the order above; the optional fields in the order of their table).
 inline nlohmann::ordered_json spec_to_json(const transformer_spec& m) {
   nlohmann::ordered_json j = {{"name", m.name},
                               {"blocks", m.blocks},
@@ -32,26 +43,12 @@ inline nlohmann::ordered_json spec_to_json(const transformer_spec& m) {
                               {"mlp_matrices", m.mlp_matrices},
                               {"attention", to_string(m.attention)},
                               {"text_tokens", m.text_tokens}};
-  auto put = [&](const char* key, std::int64_t v) {
-    if (v != 0) j[key] = v;
-  };
-  put("kv_heads", m.kv_heads);
-  put("head_dim", m.head_dim);
-  put("cross_attention_tokens", m.cross_attention_tokens);
-  put("experts", m.experts);
-  put("experts_per_token", m.experts_per_token);
-  put("expert_width", m.expert_width);
-  put("shared_experts", m.shared_experts);
-  put("vocab", m.vocab);
-  if (m.tied_embeddings) j["tied_embeddings"] = true;
-  if (m.loss != loss_kind::full) j["loss"] = to_string(m.loss);
-  put("window", m.window);
-  put("windowed_blocks", m.windowed_blocks);
-  put("value_dim", m.value_dim);
-  put("q_rank", m.q_rank);
-  put("kv_rank", m.kv_rank);
-  put("rope_dim", m.rope_dim);
-  put("dense_blocks", m.dense_blocks);
+  // Each optional field that differs from its default, from the one table.
+  const transformer_spec defaults;
+#define DCP_DETAIL_PUT_OPTIONAL(f) \
+  if (m.f != defaults.f) j[#f] = detail::json_value(m.f);
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_DETAIL_PUT_OPTIONAL)
+#undef DCP_DETAIL_PUT_OPTIONAL
   if (m.pipeline_stages > 1) j["pipeline_stages"] = m.pipeline_stages;  // a stage of the model (DESIGN 4.5)
   return j;
 }
@@ -91,27 +88,23 @@ inline transformer_spec spec_from_json(const nlohmann::json& j, const json_reade
   named("attention", m.attention, {attention_kind::full, attention_kind::causal, attention_kind::factorized_2d},
         "full, causal or factorized_2d");
   m.text_tokens = optional("text_tokens", std::int64_t{0});
-  m.kv_heads = optional("kv_heads", 0);
-  m.head_dim = optional("head_dim", std::int64_t{0});
-  m.cross_attention_tokens = optional("cross_attention_tokens", std::int64_t{0});
-  m.experts = optional("experts", 0);
-  m.experts_per_token = optional("experts_per_token", 0);
-  m.expert_width = optional("expert_width", std::int64_t{0});
-  m.shared_experts = optional("shared_experts", 0);
-  m.vocab = optional("vocab", std::int64_t{0});
-  if (j.contains("tied_embeddings")) {
-    const auto& t = j.at("tied_embeddings");
-    if (!t.is_boolean()) r.fail("field '" + field("tied_embeddings") + "' = " + t.dump() + " is not true or false");
-    m.tied_embeddings = t.get<bool>();
-  }
-  named("loss", m.loss, {loss_kind::full, loss_kind::chunked}, "full or chunked");
-  m.window = optional("window", std::int64_t{0});
-  m.windowed_blocks = optional("windowed_blocks", 0);
-  m.value_dim = optional("value_dim", std::int64_t{0});
-  m.q_rank = optional("q_rank", std::int64_t{0});
-  m.kv_rank = optional("kv_rank", std::int64_t{0});
-  m.rope_dim = optional("rope_dim", std::int64_t{0});
-  m.dense_blocks = optional("dense_blocks", 0);
+  // Each optional field, from the one table: an integer in its type's range, a boolean, or the
+  // loss's name.
+  const auto read_optional = [&]<class T>(const char* key, T& out) {
+    if constexpr (std::is_same_v<T, loss_kind>) {
+      named(key, out, {loss_kind::full, loss_kind::chunked}, "full or chunked");
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!j.contains(key)) return;
+      const auto& v = j.at(key);
+      if (!v.is_boolean()) r.fail("field '" + field(key) + "' = " + v.dump() + " is not true or false");
+      out = v.get<bool>();
+    } else {
+      out = optional(key, out);
+    }
+  };
+#define DCP_DETAIL_READ_OPTIONAL(f) read_optional(#f, m.f);
+  DCP_MODEL_OPTIONAL_FIELDS(DCP_DETAIL_READ_OPTIONAL)
+#undef DCP_DETAIL_READ_OPTIONAL
   m.pipeline_stages = optional("pipeline_stages", 1);
   return m;
 }

@@ -303,16 +303,16 @@ inline transformer_spec pipeline_stage(const transformer_spec& m, int pp) {
   return s;
 }
 
-/// The transformer of any `model_spec`: its sizes, attention and text tokens (and its name when
-/// it has one), so a user's own model type works wherever dcp needs a `transformer_spec` (the
-/// analytic cost model).
+/// The transformer of any `model_spec`: its sizes, attention and text tokens, and its name and
+/// each optional field (`optional_fields.hpp`) it has, so a user's own model type works wherever
+/// dcp needs a `transformer_spec` (the analytic cost model).
 template <model_spec M>
 transformer_spec to_transformer_spec(const M& m) {
   if constexpr (std::is_convertible_v<const M&, transformer_spec>) {
     return transformer_spec(m);
   } else {
     transformer_spec t;
-    if constexpr (requires { std::string(m.name); }) t.name = std::string(m.name);
+    if constexpr (has_model_name<M>) t.name = std::string(m.name);
     t.blocks = static_cast<int>(m.blocks);
     t.hidden = static_cast<std::int64_t>(m.hidden);
     t.heads = static_cast<int>(m.heads);
@@ -320,24 +320,10 @@ transformer_spec to_transformer_spec(const M& m) {
     t.mlp_matrices = static_cast<int>(m.mlp_matrices);
     t.attention = m.attention;
     t.text_tokens = static_cast<std::int64_t>(m.text_tokens);
-    if constexpr (requires { m.kv_heads; }) t.kv_heads = static_cast<int>(m.kv_heads);
-    if constexpr (requires { m.head_dim; }) t.head_dim = static_cast<std::int64_t>(m.head_dim);
-    if constexpr (requires { m.cross_attention_tokens; })
-      t.cross_attention_tokens = static_cast<std::int64_t>(m.cross_attention_tokens);
-    if constexpr (requires { m.experts; }) t.experts = static_cast<int>(m.experts);
-    if constexpr (requires { m.experts_per_token; }) t.experts_per_token = static_cast<int>(m.experts_per_token);
-    if constexpr (requires { m.expert_width; }) t.expert_width = static_cast<std::int64_t>(m.expert_width);
-    if constexpr (requires { m.shared_experts; }) t.shared_experts = static_cast<int>(m.shared_experts);
-    if constexpr (requires { m.vocab; }) t.vocab = static_cast<std::int64_t>(m.vocab);
-    if constexpr (requires { m.tied_embeddings; }) t.tied_embeddings = static_cast<bool>(m.tied_embeddings);
-    if constexpr (requires { m.loss; }) t.loss = m.loss;
-    if constexpr (requires { m.window; }) t.window = static_cast<std::int64_t>(m.window);
-    if constexpr (requires { m.windowed_blocks; }) t.windowed_blocks = static_cast<int>(m.windowed_blocks);
-    if constexpr (requires { m.value_dim; }) t.value_dim = static_cast<std::int64_t>(m.value_dim);
-    if constexpr (requires { m.q_rank; }) t.q_rank = static_cast<std::int64_t>(m.q_rank);
-    if constexpr (requires { m.kv_rank; }) t.kv_rank = static_cast<std::int64_t>(m.kv_rank);
-    if constexpr (requires { m.rope_dim; }) t.rope_dim = static_cast<std::int64_t>(m.rope_dim);
-    if constexpr (requires { m.dense_blocks; }) t.dense_blocks = static_cast<int>(m.dense_blocks);
+#define DCP_DETAIL_COPY_OPTIONAL(f) \
+  if constexpr (has_optional_##f<M>) t.f = static_cast<decltype(t.f)>(m.f);
+    DCP_MODEL_OPTIONAL_FIELDS(DCP_DETAIL_COPY_OPTIONAL)
+#undef DCP_DETAIL_COPY_OPTIONAL
     return t;
   }
 }

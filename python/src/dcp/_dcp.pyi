@@ -18,6 +18,11 @@ class Error(RuntimeError):
     aborted, unsupported (or "<category>:<value>" for MPI, NCCL and CUDA errors)."""
 
 class Model:
+    """A transformer model (``dcp::transformer_spec``). The fields after ``text_tokens`` are the
+    optional fields of DESIGN 4.1 (``optional_fields`` lists them), keyword-only; each default
+    leaves the model as its required fields say."""
+
+    optional_fields: Tuple[str, ...]
     def __init__(
         self,
         name: str,
@@ -28,9 +33,24 @@ class Model:
         mlp_matrices: int = 2,
         attention: str = "full",
         text_tokens: int = 0,
+        *,
         kv_heads: int = 0,
         head_dim: int = 0,
+        cross_attention_tokens: int = 0,
+        experts: int = 0,
+        experts_per_token: int = 0,
+        expert_width: int = 0,
+        shared_experts: int = 0,
         vocab: int = 0,
+        tied_embeddings: bool = False,
+        loss: str = "full",
+        window: int = 0,
+        windowed_blocks: int = 0,
+        value_dim: int = 0,
+        q_rank: int = 0,
+        kv_rank: int = 0,
+        rope_dim: int = 0,
+        dense_blocks: int = 0,
     ) -> None: ...
     @property
     def name(self) -> str: ...
@@ -61,9 +81,29 @@ class Model:
     @property
     def expert_width(self) -> int: ...
     @property
+    def shared_experts(self) -> int: ...
+    @property
     def vocab(self) -> int: ...
     @property
+    def tied_embeddings(self) -> bool: ...
+    @property
+    def loss(self) -> str: ...
+    @property
     def window(self) -> int: ...
+    @property
+    def windowed_blocks(self) -> int: ...
+    @property
+    def value_dim(self) -> int: ...
+    @property
+    def q_rank(self) -> int: ...
+    @property
+    def kv_rank(self) -> int: ...
+    @property
+    def rope_dim(self) -> int: ...
+    @property
+    def dense_blocks(self) -> int: ...
+    @property
+    def pipeline_stages(self) -> int: ...
     def parameters(self) -> float: ...
     def total_parameters(self) -> float: ...
     def active_parameters(self) -> float: ...
