@@ -54,6 +54,7 @@
 #include <dcp/model/transformer.hpp>
 #include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/plan/probe.hpp>
 #include <dcp/policies.hpp>
@@ -276,7 +277,7 @@ class scheduler {
     if (!calib_) return policies_.planner.plan(context(cost_), batch);
     if (last_) exchange_observations(host);
     auto planner = policies_.planner;
-    if constexpr (requires { planner.speeds = calib_->speeds(); }) planner.speeds = calib_->speeds();
+    if constexpr (straggler_aware_planner<decltype(planner)>) planner.speeds = calib_->speeds();
     dcp::plan p = planner.plan(context(calib_->model()), batch);
     planned_ = true;
     expect_observations(p);
@@ -494,7 +495,7 @@ class scheduler {
     fitted_cost prior;
     if constexpr (std::is_same_v<cost_type, fitted_cost>) prior = cost_;
     else if constexpr (std::is_same_v<cost_type, analytic_cost>) prior = make_fitted_cost(cost_);  // its nodes too
-    else if constexpr (requires { transformer_spec(model_); })
+    else if constexpr (std::constructible_from<transformer_spec, const Model&>)
       prior = make_fitted_cost(make_analytic_cost(transformer_spec(model_), job_device(), world_->size()));
     check(prior.gpus() == world_->size(), errc::mismatch, [&] {
       return "calibration: the prior model is for " + std::to_string(prior.gpus()) + " GPUs, the world has " +

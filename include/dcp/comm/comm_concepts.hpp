@@ -95,6 +95,15 @@ concept communicator =
 template <class C>
 concept host_communicator = communicator<C> && bool(C::host_memory);
 
+/// Communicators that may only enqueue a collective (a device communicator in asynchronous mode,
+/// `nccl_comm::set_synchronous(false)`): `c.synchronous()` says whether calls complete before they
+/// return, and `c.wait()` waits for what was enqueued, under the timeout.
+template <class C>
+concept asynchronous_communicator = communicator<C> && requires(C& c, const C& cc) {
+  { cc.synchronous() } -> std::convertible_to<bool>;
+  c.wait();
+};
+
 namespace detail {
 inline std::string seconds_string(std::chrono::milliseconds d) {
   auto ms = d.count();

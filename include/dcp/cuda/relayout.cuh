@@ -34,6 +34,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <dcp/comm/comm_concepts.hpp>
@@ -335,7 +336,7 @@ void relayout(C& comm, const relayout_map& m, std::span<const T> in, std::span<T
                       std::span<const std::size_t>(m.recv_counts));
   // A device communicator in asynchronous mode (nccl_comm::set_synchronous(false)) has only enqueued
   // the exchange on its stream: wait for it, under its deadline, before reading the receive buffer.
-  if constexpr (requires { comm.synchronous(); comm.wait(); })
+  if constexpr (asynchronous_communicator<std::remove_cvref_t<decltype(comm)>>)
     if (!comm.synchronous()) comm.wait();
   thrust::transform(pol, e0, e0 + m.out_size(), out.data(),
                     detail::gather_rows_fn<T>{detail::raw(ws.recv), detail::raw(m.out_index), m.row});

@@ -24,6 +24,10 @@
 ///     `scheduler_options::loss` when that is set. Law: every plan's weights follow it.
 ///   - `skipping_planner`: an `on_infeasible` knob (`infeasible_policy`); set likewise. Law: under
 ///     `skip` an infeasible sequence is listed in `plan::skipped`, never lost; under `error` it throws.
+///   - `straggler_aware_planner`: a `speeds` knob (per-GPU speed factors); a calibrating scheduler
+///     sets it from the speeds it learned. Law: a step lasts its time over its slowest member's.
+/// Customisation point with a default: `tuned_setting_of(p, cost)`, the knobs a planner was tuned
+/// to, for reports (`p.tuned_setting(cost)` where it has one; "" otherwise).
 /// A planner plans the batch it is given: choosing a baseline's knobs on a workload is
 /// `dcp::tune` (`<dcp/workload/tuning.hpp>`), never the planner's own sampler run.
 /// Shipped: `dcp_planner` (this library), baselines `bucket_planner`, `packed_planner`,
@@ -32,6 +36,7 @@
 #include <concepts>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <dcp/concept_diagnosis.hpp>
 #include <dcp/cost/detail/cost_model_archetype.hpp>
@@ -98,6 +103,19 @@ concept loss_weighting_planner = planner<P> && requires(P& p) {
   { p.loss } -> std::convertible_to<loss_normalization>;
   p.loss = loss_normalization::token_mean;
 };
+
+/// A planner with per-GPU speed factors (see the file comment).
+template <class P>
+concept straggler_aware_planner = planner<P> && requires(P& p, const std::vector<double>& s) { p.speeds = s; };
+
+/// The knobs `p` was tuned to, for reports: `p.tuned_setting(cost)` where it has one, else "".
+template <class P, class C>
+std::string tuned_setting_of(const P& p, const C& cost) {
+  if constexpr (requires { { p.tuned_setting(cost) } -> std::convertible_to<std::string>; })
+    return p.tuned_setting(cost);
+  else
+    return {};
+}
 
 /// A planner with an infeasible-sequence knob (see the file comment).
 template <class P>

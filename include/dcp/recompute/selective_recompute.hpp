@@ -18,10 +18,7 @@ struct selective_recompute {
   template <cost_model C>
   std::optional<int> choose(const C& c, const typename C::load_type& l, int sp) const {
     // A model that can fix sp once (`analytic_cost::memory_at`) prices its per-model terms once.
-    if constexpr (requires { c.memory_at(sp)(l, 0); })
-      return search(c, [m = c.memory_at(sp), &l](int k) { return m(l, k); });
-    else
-      return search(c, [&](int k) { return c.memory(l, sp, k); });
+    return search(c, [m = memory_of(c, sp), &l](int k) { return m(l, k); });
   }
   friend bool operator==(selective_recompute, selective_recompute) = default;
   friend std::ostream& operator<<(std::ostream& os, selective_recompute) { return os << "selective_recompute{}"; }

@@ -32,6 +32,7 @@
 #include <dcp/plan/dynamic_cp_planner.hpp>
 #include <dcp/plan/packed_planner.hpp>
 #include <dcp/plan/plan.hpp>
+#include <dcp/plan/plan_concepts.hpp>
 #include <dcp/plan/planning_context.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 #include <dcp/sequence.hpp>
@@ -161,7 +162,7 @@ run_result run_method(std::string_view name, const Ctx& ctx, std::span<const seq
     run_result r = simulate(ctx, planner, batches, opt);
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;
-    if constexpr (requires { planner.tuned_setting(ctx.cost); }) r.metrics.tuned = planner.tuned_setting(ctx.cost);
+    r.metrics.tuned = tuned_setting_of(planner, ctx.cost);
     return r;
   });
 }
@@ -218,7 +219,7 @@ truth_run_result run_method(std::string_view name, const Ctx& ctx, std::span<con
     truth_run_result r = simulate(ctx, planner, batches, t, opt);
     r.metrics.method = std::string(name);
     r.metrics.tune_seconds = tune_seconds;
-    if constexpr (requires { planner.tuned_setting(cost); }) r.metrics.tuned = planner.tuned_setting(cost);
+    r.metrics.tuned = tuned_setting_of(planner, cost);
     return r;
   });
 }

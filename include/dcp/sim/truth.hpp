@@ -193,7 +193,7 @@ struct truth {
 
   /// Throws `dcp::error` unless speeds (one per GPU, positive) and jitter (>= 0) are valid.
   void validate() const {
-    if constexpr (requires { model.validate(); }) model.validate();
+    if constexpr (validated_cost_model<T>) model.validate();
     validate_speeds(speeds, model.gpus());
     check(std::isfinite(jitter) && jitter >= 0 && jitter <= max_jitter, errc::invalid_argument,
           [&] { return "truth jitter " + std::to_string(jitter) + " must be a sigma >= 0 and <= 1"; });
