@@ -70,6 +70,7 @@
 #include <dcp/plan/shelves.hpp>
 #include <dcp/plan/speeds.hpp>
 #include <dcp/policies.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/profile/profile_json.hpp>
 #include <dcp/profile/profile_table.hpp>
 #include <dcp/profile/profiler.hpp>

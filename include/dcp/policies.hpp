@@ -39,6 +39,7 @@
 #include <dcp/group/group_concepts.hpp>
 #include <dcp/plan/dcp_planner.hpp>
 #include <dcp/plan/plan_concepts.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/recompute/recompute_concepts.hpp>
 #include <dcp/recompute/selective_recompute.hpp>
 
@@ -81,9 +82,7 @@ template <> struct slot_of_tag<recompute_policy_tag> { using type = slot::recomp
 template <> struct slot_of_tag<planner_tag> { using type = slot::planner; };
 
 template <class P> struct policy_tag { using type = void; };
-template <class P>
-  requires requires { typename P::policy_concept; }
-struct policy_tag<P> { using type = typename P::policy_concept; };
+template <has_policy_concept P> struct policy_tag<P> { using type = typename policy_concept_of<P>::type; };
 
 // An override: `use<Slot, P>` or a bare policy whose tag names its slot.
 template <class O> struct override_of {
@@ -114,7 +113,8 @@ constexpr bool check_override() {
     static_assert(!std::is_void_v<S>,
                   "dcp::policies: this type is not a dcp policy (it has no `policy_concept` tag naming a slot). "
                   "Fix: opt in with `using policy_concept = dcp::cost_model_tag;` (or bucketing_tag, "
-                  "group_manager_tag, recompute_policy_tag, planner_tag), or name the slot with dcp::use<dcp::slot::..., P>.");
+                  "group_manager_tag, recompute_policy_tag, planner_tag) or, for a type you cannot change, specialise "
+                  "dcp::policy_concept_of; or name the slot with dcp::use<dcp::slot::..., P>.");
     return false;
   } else {
     return diagnose<P>(S{});

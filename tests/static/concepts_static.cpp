@@ -327,6 +327,39 @@ static_assert(dcp::cost_model<dcp::detail::cost_model_archetype>);
 static_assert(dcp::recompute_policy_chooses<dcp::no_recompute> && dcp::recompute_policy_chooses<dcp::full_recompute>);
 static_assert(dcp::planner_plans<dcp::dcp_planner> && dcp::planner_plans<dcp::dynamic_cp_planner>);
 
+// A foreign type that cannot gain a tag member opts in through the traits instead, and is then a
+// model of its axis (and of none other) and a bare override of its slot.
+namespace foreign {
+struct planner : planner_look_alike<void> {};
+struct recompute : recompute_look_alike<void> {};
+struct comm : comm_look_alike<void> {
+  comm split(int, int);  // a communicator's split returns its own type
+};
+}  // namespace foreign
+
+}  // namespace dcp_static_checks
+
+template <>
+struct dcp::policy_concept_of<dcp_static_checks::foreign::planner> {
+  using type = dcp::planner_tag;
+};
+template <>
+struct dcp::policy_concept_of<dcp_static_checks::foreign::recompute> {
+  using type = dcp::recompute_policy_tag;
+};
+template <>
+struct dcp::communicator_concept_of<dcp_static_checks::foreign::comm> {
+  using type = dcp::communicator_tag;
+};
+
+namespace dcp_static_checks {
+
+static_assert(models_only<foreign::planner>(dcp::planner<foreign::planner>));
+static_assert(models_only<foreign::recompute>(dcp::recompute_policy<foreign::recompute>));
+static_assert(models_only<foreign::comm>(dcp::communicator<foreign::comm>));
+static_assert(std::is_same_v<at<dcp::policies<foreign::planner>, dcp::slot::planner>, foreign::planner>);
+static_assert(std::is_same_v<at<dcp::policies<foreign::recompute>, dcp::slot::recompute>, foreign::recompute>);
+
 }  // namespace dcp_static_checks
 
 int main() {

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/policy_concepts.hpp>
 
 namespace dcp {
 
@@ -25,7 +26,7 @@ struct bucketing_tag {};
 
 /// Opts in: `using policy_concept = dcp::bucketing_tag;`.
 template <class B>
-concept bucketing_opts_in = std::same_as<typename B::policy_concept, bucketing_tag>;
+concept bucketing_opts_in = opts_in_with<B, bucketing_tag>;
 /// A regular value (copyable, default-constructible, `==`).
 template <class B>
 concept bucketing_regular = std::regular<B>;

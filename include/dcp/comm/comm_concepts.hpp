@@ -46,6 +46,16 @@ namespace dcp {
 /// Opt-in tag of the `communicator` concept.
 struct communicator_tag {};
 
+/// The communicator tag of `C` (`type`): `C::communicator_concept` where it has one. A foreign
+/// communicator opts in by specialising it (`using type = dcp::communicator_tag;`).
+template <class C>
+struct communicator_concept_of {};
+template <class C>
+  requires requires { typename C::communicator_concept; }
+struct communicator_concept_of<C> {
+  using type = typename C::communicator_concept;
+};
+
 /// Reductions of `all_reduce`.
 enum class reduce_op { sum, max };
 
@@ -68,7 +78,7 @@ concept reducible = transferable<T> && std::is_arithmetic_v<T> && !std::same_as<
 
 template <class C>
 concept communicator =
-    std::same_as<typename C::communicator_concept, communicator_tag> && std::move_constructible<C> &&
+    std::same_as<typename communicator_concept_of<C>::type, communicator_tag> && std::move_constructible<C> &&
     requires(C& c, const C& cc, int i, std::span<const double> cs, std::span<double> s,
              std::span<const std::size_t> counts, std::chrono::milliseconds d) {
       { C::host_memory } -> std::convertible_to<bool>;

@@ -32,6 +32,7 @@
 #include <concepts>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/layout.hpp>
 
 namespace dcp {
@@ -42,7 +43,7 @@ struct group_manager_tag {};
 
 /// Opts in: `using policy_concept = dcp::group_manager_tag;`.
 template <class G>
-concept group_manager_opts_in = std::same_as<typename G::policy_concept, group_manager_tag>;
+concept group_manager_opts_in = opts_in_with<G, group_manager_tag>;
 /// A regular value (copyable, default-constructible, `==`).
 template <class G>
 concept group_manager_regular = std::regular<G>;

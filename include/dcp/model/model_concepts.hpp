@@ -17,6 +17,7 @@
 #include <string>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/model/optional_fields.hpp>
 
 namespace dcp {
@@ -34,7 +35,7 @@ enum class attention_kind {
 
 /// Opts in: `using policy_concept = dcp::model_spec_tag;`.
 template <class M>
-concept model_spec_opts_in = std::same_as<typename M::policy_concept, model_spec_tag>;
+concept model_spec_opts_in = opts_in_with<M, model_spec_tag>;
 /// Sizes: `blocks`, `hidden`, `heads`, `mlp_width`, `mlp_matrices`.
 template <class M>
 concept model_spec_sizes = requires(const M& m) {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/cost/detail/cost_model_archetype.hpp>
 #include <dcp/group/detail/group_manager_archetype.hpp>
 #include <dcp/plan/plan.hpp>
@@ -54,7 +55,7 @@ struct planner_tag {};
 
 /// Opts in: `using policy_concept = dcp::planner_tag;`.
 template <class P>
-concept planner_opts_in = std::same_as<typename P::policy_concept, planner_tag>;
+concept planner_opts_in = opts_in_with<P, planner_tag>;
 /// A regular value (copyable, default-constructible, `==`).
 template <class P>
 concept planner_regular = std::regular<P>;

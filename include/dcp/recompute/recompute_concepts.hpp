@@ -15,6 +15,7 @@
 #include <optional>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/cost/detail/cost_model_archetype.hpp>
 
 namespace dcp {
@@ -25,7 +26,7 @@ struct recompute_policy_tag {};
 
 /// Opts in: `using policy_concept = dcp::recompute_policy_tag;`.
 template <class R>
-concept recompute_policy_opts_in = std::same_as<typename R::policy_concept, recompute_policy_tag>;
+concept recompute_policy_opts_in = opts_in_with<R, recompute_policy_tag>;
 /// A regular value (copyable, default-constructible, `==`).
 template <class R>
 concept recompute_policy_regular = std::regular<R>;

@@ -18,6 +18,7 @@
 #include <ostream>
 #include <vector>
 
+#include <dcp/policy_concepts.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {
@@ -53,7 +54,7 @@ struct sampler_state {
 };
 
 template <class S>
-concept sampler = std::same_as<typename S::policy_concept, sampler_tag> && std::copyable<S> &&
+concept sampler = opts_in_with<S, sampler_tag> && std::copyable<S> &&
                   std::regular<typename S::state_type> &&
                   requires(S& s, const S& cs, const typename S::state_type& st, std::int64_t e) {
                     { s.next() } -> std::same_as<global_batch>;
