@@ -442,11 +442,11 @@ struct analytic_cost {
     const double compute =
         (3 + k / L) * (l.attention + c * n) * (1 + b / n) / (sp * parallel.tp * device.peak * device.eff_max);
     double best = alone_s;
-    for (int r = step_ring(sp); legal_ring(*this, sp, r); r *= 2) {
+    for_each_legal_ring(*this, sp, [&](int r) {
       const step_terms s = terms(l, sp, k, r);
       const double t = std::max(compute, ring_time(l, sp, k, r)) + s.communication + s.overhead;
       best = std::min(best, parallel.sharding == sharding_kind::zero3 ? std::max(t, step_floor()) : t);
-    }
+    });
     return best;
   }
 

@@ -75,6 +75,7 @@
 #include <utility>
 
 #include <dcp/concept_diagnosis.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/layout.hpp>
 #include <dcp/sequence.hpp>
@@ -87,7 +88,7 @@ struct cost_model_tag {};
 
 /// Opts in: `using policy_concept = dcp::cost_model_tag;`.
 template <class C>
-concept cost_model_opts_in = std::same_as<typename C::policy_concept, cost_model_tag>;
+concept cost_model_opts_in = opts_in_with<C, cost_model_tag>;
 /// An additive load: a regular `load_type` with `a + b` and `a - b`.
 template <class C>
 concept cost_model_additive_load =
@@ -387,13 +388,19 @@ constexpr bool legal_ring(const C& c, int sp, int r) noexcept {
          sp % r == 0;
 }
 
-/// Calls `f(r)` for every `legal_ring` r of a step on `sp` units: `step_ring_of(c, sp)`, then
+/// Calls `f(r)` for every `legal_ring` r of a step on `sp` units wider than `step_ring_of(c, sp)`:
 /// each wider power of two up to `widest_ring_of(c, sp)` while it divides sp.
 template <cost_model C, std::invocable<int> F>
+constexpr void for_each_wider_ring(const C& c, int sp, F&& f) {
+  for (int r = 2 * step_ring_of(c, sp), last = widest_ring_of(c, sp); r <= last && sp % r == 0; r *= 2) f(r);
+}
+
+/// Calls `f(r)` for every `legal_ring` r of a step on `sp` units: `step_ring_of(c, sp)`, then
+/// `for_each_wider_ring`. Every loop over a step's rings is one of these two.
+template <cost_model C, std::invocable<int> F>
 constexpr void for_each_legal_ring(const C& c, int sp, F&& f) {
-  const int first = step_ring_of(c, sp);
-  f(first);
-  for (int r = 2 * first, last = widest_ring_of(c, sp); r <= last && sp % r == 0; r *= 2) f(r);
+  f(step_ring_of(c, sp));
+  for_each_wider_ring(c, sp, f);
 }
 
 /// Seconds of a step on `sp` units with `k` checkpointed blocks run with ring `r` (a `legal_ring`).
@@ -414,11 +421,11 @@ struct ring_choice {
 /// (no rings, or sp at the ring cap) it is `step_ring_of(c, sp)` priced by `c.time(l, sp, k)`.
 template <cost_model C>
 ring_choice fastest_ring(const C& c, const typename C::load_type& l, int sp, int k) {
-  const int first = step_ring_of(c, sp);
-  ring_choice best{first, static_cast<double>(c.time(l, sp, k))};
+  ring_choice best{step_ring_of(c, sp), static_cast<double>(c.time(l, sp, k))};
   if constexpr (ring_choice_cost_model<C>)
-    for (int r = 2 * first, last = widest_ring_of(c, sp); r <= last && sp % r == 0; r *= 2)
+    for_each_wider_ring(c, sp, [&](int r) {
       if (const double t = c.time(l, sp, k, r); t < best.time_s) best = {r, t};
+    });
   return best;
 }
 
@@ -427,10 +434,10 @@ template <cost_model C>
 double least_work_floor(const C& c, const typename C::load_type& l, int sp, int k) {
   double w = c.work_floor(l, sp, k);
   if constexpr (ring_choice_cost_model<C>)
-    for (int r = 2 * step_ring_of(c, sp), last = widest_ring_of(c, sp); r <= last && sp % r == 0; r *= 2) {
+    for_each_wider_ring(c, sp, [&](int r) {
       const double x = c.work_floor(l, sp, k, r);
       w = x < w ? x : w;
-    }
+    });
   return w;
 }
 
@@ -440,8 +447,7 @@ template <packed_floor_cost_model C>
 double least_packed_floor(const C& c, const typename C::load_type& l, int sp, int k) {
   double packed = c.packed_work_floor(l, sp, k);
   if constexpr (requires { c.packed_work_floor(l, sp, k, 1); })
-    for (int r = 2 * step_ring_of(c, sp); r <= widest_ring_of(c, sp) && sp % r == 0; r *= 2)
-      packed = std::min(packed, c.packed_work_floor(l, sp, k, r));
+    for_each_wider_ring(c, sp, [&](int r) { packed = std::min(packed, c.packed_work_floor(l, sp, k, r)); });
   return packed;
 }
 

@@ -204,11 +204,9 @@ class dcp_build {
   /// trying the smallest ring first and stopping at the first that fits).
   bool ends_within_cap(const load_t& l, int sp, int k) const {
     const C& cost = p_.cost();
-    const int first = step_ring_of(cost, sp);
-    if (cost.time(l, sp, k) <= a_.cap) return true;
-    for (int r = 2 * first, last = widest_ring_of(cost, sp); r <= last && sp % r == 0; r *= 2)
-      if (time_with_ring(cost, l, sp, k, r) <= a_.cap) return true;
-    return false;
+    bool within = cost.time(l, sp, k) <= a_.cap;
+    for_each_wider_ring(cost, sp, [&](int r) { within = within || time_with_ring(cost, l, sp, k, r) <= a_.cap; });
+    return within;
   }
 
   void price(step_group& g) const {
