@@ -52,6 +52,7 @@
 #include <dcp/layout.hpp>
 #include <dcp/model/model_concepts.hpp>
 #include <dcp/model/transformer.hpp>
+#include <dcp/plan/feasibility.hpp>
 #include <dcp/plan/pipeline_schedule.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/plan_concepts.hpp>
@@ -278,7 +279,7 @@ class scheduler {
     if (last_) exchange_observations(host);
     auto planner = policies_.planner;
     if constexpr (straggler_aware_planner<decltype(planner)>) planner.speeds = calib_->speeds();
-    dcp::plan p = planner.plan(context(calib_->model()), batch);
+    dcp::plan p = planner.plan(context(holding(calib_->model(), batch)), batch);
     planned_ = true;
     expect_observations(p);
     return p;
@@ -582,6 +583,32 @@ class scheduler {
     });
     return g;  // group_cache checks the group_manager laws
   }
+  // The calibrated model to plan `batch` on: `m`, or, where its memory margin alone leaves a
+  // sequence no configuration (it fits at the fit itself, every block checkpointed), `m` with the
+  // largest margin that holds every such sequence (bisected to 1e-6). The margin is room for what
+  // the fit misses, not a reason to end the run or skip data: a step that then runs out of memory
+  // is an observation, re-run fully checkpointed, and refits the model.
+  fitted_cost holding(fitted_cost m, std::span<const sequence> batch) const {
+    if (!(m.memory_margin > 0)) return m;
+    const std::vector<int> sizes = context(m).sp_sizes();
+    const auto lost = [&](double margin) {
+      fitted_cost c = m;
+      c.memory_margin = margin;
+      std::vector<skipped_sequence> skipped;
+      feasible_sequences(c, batch, infeasible_policy::skip, skipped, std::span<const int>(sizes));
+      return skipped.size();
+    };
+    const std::size_t at_margin = lost(m.memory_margin), at_fit = lost(0);
+    if (at_margin == at_fit) return m;  // the margin costs no sequence (or the device holds none of them)
+    double lo = 0, hi = m.memory_margin;
+    while (hi - lo > 1e-6) {
+      const double mid = (lo + hi) / 2;
+      (lost(mid) == at_fit ? lo : hi) = mid;
+    }
+    m.memory_margin = lo;
+    return m;
+  }
+
   // What the planner plans with: `cost`, the bundle's recompute policy, the job's group manager.
   template <class C>
   planning_context<C, recompute_type, groups_type> context(const C& cost) const {
