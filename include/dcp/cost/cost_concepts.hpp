@@ -75,9 +75,9 @@
 #include <utility>
 
 #include <dcp/concept_diagnosis.hpp>
-#include <dcp/policy_concepts.hpp>
 #include <dcp/error.hpp>
 #include <dcp/layout.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/sequence.hpp>
 
 namespace dcp {

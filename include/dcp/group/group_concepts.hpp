@@ -32,8 +32,8 @@
 #include <concepts>
 
 #include <dcp/concept_diagnosis.hpp>
-#include <dcp/policy_concepts.hpp>
 #include <dcp/layout.hpp>
+#include <dcp/policy_concepts.hpp>
 
 namespace dcp {
 

@@ -17,8 +17,8 @@
 #include <string>
 
 #include <dcp/concept_diagnosis.hpp>
-#include <dcp/policy_concepts.hpp>
 #include <dcp/model/optional_fields.hpp>
+#include <dcp/policy_concepts.hpp>
 
 namespace dcp {
 

@@ -39,11 +39,11 @@
 #include <vector>
 
 #include <dcp/concept_diagnosis.hpp>
-#include <dcp/policy_concepts.hpp>
 #include <dcp/cost/detail/cost_model_archetype.hpp>
 #include <dcp/group/detail/group_manager_archetype.hpp>
 #include <dcp/plan/plan.hpp>
 #include <dcp/plan/planning_context.hpp>
+#include <dcp/policy_concepts.hpp>
 #include <dcp/recompute/detail/recompute_policy_archetype.hpp>
 #include <dcp/sequence.hpp>
 

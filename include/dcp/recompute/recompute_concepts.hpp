@@ -15,8 +15,8 @@
 #include <optional>
 
 #include <dcp/concept_diagnosis.hpp>
-#include <dcp/policy_concepts.hpp>
 #include <dcp/cost/detail/cost_model_archetype.hpp>
+#include <dcp/policy_concepts.hpp>
 
 namespace dcp {
 
