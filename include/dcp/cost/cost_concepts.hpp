@@ -451,6 +451,18 @@ double least_packed_floor(const C& c, const typename C::load_type& l, int sp, in
   return packed;
 }
 
+/// A cost model that names what it prices in a member of type `Model` (`c.model`): plan files
+/// record it (`sim/plan_json.hpp`).
+template <class C, class Model>
+concept cost_model_names_model = requires(const C& c) {
+  { c.model } -> std::convertible_to<const Model&>;
+};
+/// A cost model that names its device in a member of type `Device` (`c.device`), likewise.
+template <class C, class Device>
+concept cost_model_names_device = requires(const C& c) {
+  { c.device } -> std::convertible_to<const Device&>;
+};
+
 /// `memory(load, k)` of `cost` on `sp` GPUs: the cost model's `memory_at(sp)` where it has one
 /// (its per-size constants computed once), else `cost.memory`.
 template <cost_model C>

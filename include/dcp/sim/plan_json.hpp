@@ -56,6 +56,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -192,11 +193,12 @@ nlohmann::ordered_json plan_json(const C& cost, std::span<const plan> plans) {
   doc["method"] = plans.empty() ? std::string() : plans.front().method;
   doc["layout"] = to_json(parallel_layout(cost.layout()));
   doc["memory_capacity_bytes"] = cost.capacity();
-  if constexpr (requires { spec_to_json(trained.model); })
+  using trained_type = std::remove_cvref_t<decltype(trained)>;
+  if constexpr (cost_model_names_model<trained_type, transformer_spec>)
     doc["model"] = spec_to_json(trained.model);
   else
     doc["model"] = {{"name", "custom"}, {"blocks", cost.blocks()}, {"heads", cost.heads()}};
-  if constexpr (requires { to_json(trained.device); })
+  if constexpr (cost_model_names_device<trained_type, device_spec>)
     doc["device"] = to_json(trained.device);
   else
     doc["device"] = {{"name", "custom"}, {"gpus_per_node", cost.gpus_per_node()}};
